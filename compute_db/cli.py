@@ -1,7 +1,280 @@
-"""`clustersim` subcommands owned by compute_db."""
+"""`clustersim` subcommands owned by compute_db: `measure` and `compute-db {info,lookup,gpus,calibrate,
+import-vidur,import-aiob,import-csv,export-csv}`."""
 
 from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from compute_db.errors import ComputeDBError
+
+
+def _db_arg(p: argparse.ArgumentParser, required: bool = False, help_: str | None = None) -> None:
+    p.add_argument("--db", required=required, metavar="PATH",
+                   help=help_ or "compute DB (SQLite); default: the DB shipped with clustersim")
+
+
+def _gpu_file_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gpu-file", metavar="YAML", help="extra GPU specs (layout of compute_db/data/gpus.yaml)")
 
 
 def register(subparsers) -> None:
     """Add this package's subcommands to the clustersim parser."""
+    m = subparsers.add_parser(
+        "measure", help="time every distinct kernel of a workload with torch (AIOB runner) into a compute DB",
+        description="Time every distinct compute kernel of a workload (forward and backward) with torch: CUDA "
+                    "events on a GPU, wall-clock on CPU; warm-up, repeats, outlier filtering. Rows are written "
+                    "to --db with the device identity. Needs the aiob extra (torch).")
+    src = m.add_mutually_exclusive_group(required=True)
+    src.add_argument("--workload", metavar="JSON", help="native workload JSON (clustersim workload files)")
+    src.add_argument("--model", metavar="NAME|FILE", help="zoo model name or model config file (with --plan)")
+    m.add_argument("--plan", metavar="FILE", help="parallel plan file (YAML/JSON), with --model")
+    _db_arg(m, required=True, help_="compute DB to write (created if missing)")
+    m.add_argument("--device", default="auto", help="auto | cpu | cuda[:N] (default auto)")
+    m.add_argument("--gpu-name", help="name to file rows under (default: detected GPU table name; CPU: 'CPU')")
+    m.add_argument("--warmup", type=int, default=3, help="untimed calls per kernel (default 3)")
+    m.add_argument("--repeats", type=int, default=10, help="timed calls per kernel (default 10)")
+    m.add_argument("--max-kernels", type=int, default=None, help="measure at most N distinct kernels")
+    m.add_argument("--kinds", help="comma-separated kernel kinds to measure (default all)")
+    m.add_argument("--max-gb", type=float, default=None,
+                   help="skip kernels needing more memory than this (default 70%% of GPU memory; CPU 2 GB)")
+    m.set_defaults(func=cmd_measure)
+
+    c = subparsers.add_parser("compute-db", help="kernel timing database: info, lookup, calibrate, import, export")
+    sub = c.add_subparsers(dest="compute_db_command", metavar="ACTION")
+    c.set_defaults(func=lambda args: (c.print_help(), 2)[1])
+
+    p = sub.add_parser("info", help="GPUs, kernel kinds and row counts in a DB")
+    _db_arg(p)
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("gpus", help="list the GPU spec table")
+    _gpu_file_arg(p)
+    p.set_defaults(func=cmd_gpus)
+
+    p = sub.add_parser("lookup", help="time of one kernel on a GPU, with its provenance")
+    _db_arg(p)
+    _gpu_file_arg(p)
+    p.add_argument("--gpu", required=True)
+    p.add_argument("--kind", required=True, help="kernel kind (gemm, flash_attn, rmsnorm, ...)")
+    p.add_argument("--variant", default="fwd", help="fwd | dgrad | wgrad | bwd | step (default fwd)")
+    p.add_argument("--dtype", default="bf16", help="bf16 | fp16 | fp8 | fp32 (default bf16)")
+    p.add_argument("--shape", required=True, help="field=value list, e.g. m=4096,n=4096,k=4096")
+    p.add_argument("--causal", action="store_true", help="causal mask (attention)")
+    p.set_defaults(func=cmd_lookup)
+
+    p = sub.add_parser("calibrate", help="leave-one-model-out error of interpolation + roofline, per op family")
+    _db_arg(p)
+    _gpu_file_arg(p)
+    p.add_argument("--gpu", required=True)
+    p.add_argument("--min-tokens", type=int, default=64, help="only kernels with at least this many tokens (64)")
+    p.add_argument("--family", action="append", help="restrict to an op family (repeatable), e.g. gemm")
+    p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("import-vidur", help="import Vidur profiling CSVs (<dir>/<a100|h100>/<org>/<model>/mlp.csv)")
+    p.add_argument("directory")
+    _db_arg(p, required=True, help_="compute DB to write (created if missing)")
+    p.add_argument("--shipped-grid", action="store_true",
+                   help="keep only token counts 1, 2, 4 and 2^k, 3*2^k (how the shipped DB is built)")
+    p.add_argument("--fresh", action="store_true", help="replace the DB instead of adding to it")
+    p.set_defaults(func=cmd_import_vidur)
+
+    p = sub.add_parser("import-aiob", help="import an AICB AIOB compute-timing text file (µs)")
+    p.add_argument("file")
+    _db_arg(p, required=True, help_="compute DB to write (created if missing)")
+    p.add_argument("--gpu", required=True, help="GPU the file was measured on (the file does not say)")
+    p.add_argument("--model", required=True, help="zoo model name or model config file")
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--micro-batch", type=int, default=1)
+    p.add_argument("--seq-length", type=int, default=None, help="default: the model's seq_length")
+    p.add_argument("--dtype", default="bf16")
+    _gpu_file_arg(p)
+    p.set_defaults(func=cmd_import_aiob)
+
+    p = sub.add_parser("import-csv", help="import rows from a CSV written by export-csv")
+    p.add_argument("csv")
+    _db_arg(p, required=True, help_="compute DB to write (created if missing)")
+    p.set_defaults(func=cmd_import_csv)
+
+    p = sub.add_parser("export-csv", help="write a DB's rows as CSV (seconds)")
+    _db_arg(p)
+    p.add_argument("--out", required=True, metavar="CSV")
+    p.add_argument("--gpu", help="only this GPU's rows")
+    p.set_defaults(func=cmd_export_csv)
+
+
+# ---------------------------------------------------------------------------- handlers
+
+def _open(args):
+    from compute_db.db import open_db
+    return open_db(getattr(args, "db", None), getattr(args, "gpu_file", None))
+
+
+def _db_path(args) -> Path:
+    from compute_db.db import SHIPPED_DB
+    return Path(args.db) if getattr(args, "db", None) else SHIPPED_DB
+
+
+def cmd_info(args) -> int:
+    from compute_db import store
+    path = _db_path(args)
+    rows = store.summary(path)
+    print(f"compute DB {path} (schema {store.SCHEMA_VERSION})")
+    if not rows:
+        print("  no rows")
+        return 0
+    print(f"  {'gpu':<14s} {'kind':<14s} {'provenance':<10s} {'rows':>7s}")
+    for gpu, kind, prov, n in rows:
+        print(f"  {gpu:<14s} {kind:<14s} {prov:<10s} {n:>7d}")
+    return 0
+
+
+def cmd_gpus(args) -> int:
+    from compute_db import gpus
+    extra = gpus.load_gpu_file(args.gpu_file) if args.gpu_file else None
+    print(f"{'gpu':<16s} {'bf16 TF/s':>10s} {'fp8 TF/s':>9s} {'tf32 TF/s':>9s} {'HBM GB':>7s} {'HBM GB/s':>9s} "
+          f"{'NVLink GB/s/dir':>15s} {'NIC Gb/s':>8s}")
+    for name in gpus.list_gpus(extra):
+        g = gpus.get_gpu(name, extra)
+        print(f"{name:<16s} {g.peak_flops['bf16'] / 1e12:>10.1f} {g.peak_flops['fp8'] / 1e12:>9.1f} "
+              f"{g.peak_flops['fp32'] / 1e12:>9.1f} {g.hbm_bytes / 1e9:>7.0f} {g.hbm_Bps / 1e9:>9.0f} "
+              f"{g.nvlink_Bps / 1e9:>15.0f} {g.nic_Bps * 8 / 1e9:>8.0f}")
+    return 0
+
+
+def _parse_shape(text: str) -> dict[str, int]:
+    dims: dict[str, int] = {}
+    for item in text.split(","):
+        name, eq, value = item.partition("=")
+        if not eq:
+            raise ComputeDBError(f"--shape: '{item}' is not field=value")
+        try:
+            dims[name.strip()] = int(value)
+        except ValueError:
+            raise ComputeDBError(f"--shape: '{item}': value must be an integer") from None
+    return dims
+
+
+def cmd_lookup(args) -> int:
+    from compute_db.keys import make_key, work
+    db = _open(args)
+    key = make_key(args.kind, args.variant, _parse_shape(args.shape), args.dtype, args.causal)
+    kt = db.lookup_key(key, args.gpu)
+    flops, byts = work(key)
+    spec = db.gpu(args.gpu)
+    print(f"{key.text()} on {spec.name}: {kt.time_s * 1e6:.2f} us ({kt.source}; {kt.basis})")
+    if flops:
+        print(f"  {flops / 1e9:.3f} GFLOP -> {flops / kt.time_s / 1e12:.1f} TFLOP/s "
+              f"({flops / kt.time_s / spec.peak_flops[key.dtype]:.1%} of {key.dtype} peak); "
+              f"{byts / 1e6:.3f} MB HBM traffic -> {byts / kt.time_s / 1e9:.0f} GB/s")
+    else:
+        print(f"  {byts / 1e6:.3f} MB HBM traffic -> {byts / kt.time_s / 1e9:.0f} GB/s")
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    from compute_db.calibrate import format_table, leave_one_model_out
+    db = _open(args)
+    name = db.gpu(args.gpu).name
+    errors = leave_one_model_out(db, name, args.min_tokens, tuple(args.family) if args.family else None)
+    print(format_table(name, errors, args.min_tokens))
+    return 0
+
+
+def _write(path: str, rows, fresh: bool = False) -> int:
+    from compute_db import store
+    return store.write_fresh(path, rows) if fresh else store.write_rows(path, rows)
+
+
+def cmd_import_vidur(args) -> int:
+    from compute_db import importers
+    rows = importers.import_vidur(args.directory,
+                                  importers.shipped_token_counts() if args.shipped_grid else None)
+    n = _write(args.db, rows, args.fresh)
+    gpus = sorted({r.gpu for r in rows})
+    print(f"imported {n} Vidur kernel rows ({', '.join(gpus)}) into {args.db}")
+    return 0
+
+
+def _load_model(name: str):
+    from workload_gen.errors import WorkloadError
+    try:
+        if Path(name).is_file():
+            from workload_gen.config_io import load_model
+            return load_model(name)
+        from workload_gen.zoo import get_model
+        return get_model(name)
+    except WorkloadError as exc:
+        raise ComputeDBError(str(exc)) from None
+
+
+def cmd_import_aiob(args) -> int:
+    from compute_db import gpus, importers
+    extra = gpus.load_gpu_file(args.gpu_file) if args.gpu_file else None
+    gpu = gpus.canonical_name(args.gpu, extra)
+    model = _load_model(args.model)
+    rows, skipped = importers.import_aiob(args.file, gpu, model, args.tp, args.micro_batch, args.seq_length,
+                                          args.dtype)
+    n = _write(args.db, rows)
+    print(f"imported {n} AIOB kernel rows for {gpu} into {args.db}")
+    if skipped:
+        print(f"skipped (shape not determined by the file): {', '.join(skipped)}")
+    return 0
+
+
+def cmd_import_csv(args) -> int:
+    from compute_db import store
+    n = store.write_rows(args.db, list(store.iter_csv(args.csv)))
+    print(f"imported {n} rows from {args.csv} into {args.db}")
+    return 0
+
+
+def cmd_export_csv(args) -> int:
+    from compute_db import store
+    n = store.export_csv(_db_path(args), args.out, args.gpu)
+    print(f"wrote {n} rows to {args.out}")
+    return 0
+
+
+def _workload_from_args(args):
+    from workload_gen.errors import WorkloadError
+    try:
+        if args.workload:
+            from workload_gen.native_io import load_workload
+            return load_workload(args.workload)
+        if not args.plan:
+            raise ComputeDBError("--model needs --plan FILE")
+        from workload_gen import generate
+        from workload_gen.config_io import load_plan
+        return generate(_load_model(args.model), load_plan(args.plan))
+    except WorkloadError as exc:
+        raise ComputeDBError(str(exc)) from None
+
+
+def cmd_measure(args) -> int:
+    from compute_db import measure, store
+    measure.require_torch()  # fail fast with the install hint
+    workload = _workload_from_args(args)
+    keys = measure.distinct_keys(measure.workload_ops(workload))
+    if args.kinds:
+        wanted = {k.strip() for k in args.kinds.split(",") if k.strip()}
+        keys = [k for k in keys if k.kind in wanted]
+    if args.max_kernels is not None:
+        keys = keys[: max(0, args.max_kernels)]
+    bar = None
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+        bar = tqdm(total=len(keys), desc="measuring kernels", unit="kernel")
+    rows, skipped = measure.measure_keys(
+        keys, device=args.device, warmup=args.warmup, repeats=args.repeats, gpu_name=args.gpu_name,
+        max_bytes=None if args.max_gb is None else args.max_gb * 1e9,
+        progress=(lambda _k: bar.update(1)) if bar is not None else None)
+    if bar is not None:
+        bar.close()
+    n = store.write_rows(args.db, rows)
+    gpu = rows[0].gpu if rows else "-"
+    print(f"measured {n} of {len(keys)} distinct kernels on {gpu} into {args.db}")
+    for line in skipped:
+        print(f"  skipped {line}")
+    return 0

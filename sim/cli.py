@@ -14,6 +14,7 @@ from compute_db.errors import ComputeDBError
 from netsim import cli as netsim_cli
 from netsim.errors import NetsimError
 from sim import commands as sim_commands
+from sim.analysis import cli as analysis_cli
 from sim.errors import SimError
 from topo import cli as topo_cli
 from topo.errors import TopoError
@@ -29,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="clustersim",
         description="Simulate large-model training iterations on GPU clusters.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (sim_commands, workload_cli, topo_cli, netsim_cli, compute_db_cli):
+    for module in (sim_commands, analysis_cli, workload_cli, topo_cli, netsim_cli, compute_db_cli):
         module.register(sub)
     return parser
 

@@ -1,7 +1,430 @@
-"""`clustersim run | compare | sweep | memory | search` subcommands (owned by sim)."""
+"""`clustersim run | compare | sweep` subcommands (owned by sim; memory/search live in sim.analysis).
+
+A run is described by a plain, picklable job dict (so sweeps can ship it to other processes):
+  workload   path of a native workload JSON or a SimAI workload text file (or None)
+  model      zoo name or model file (used when workload is None)
+  plan_file  plan YAML/JSON (optional) and plan {field: value} overrides (ParallelPlan fields, plus dp)
+  fabric     topology template spec 'NAME[:key=value,...]' or a SimAI topology file
+  gpus       GPUs of a template topology (default: the job's world size rounded up to whole servers)
+  gpu        GPU for compute times (default: the topology's GPU type)
+  network    "flow" | "analytical";  sampling "auto" | "full";  mapping rank->GPU file
+"""
 
 from __future__ import annotations
 
+import argparse
+import csv
+import io
+import json
+import os
+import sys
+import time
+from pathlib import Path
 
+from sim.errors import SimError
+
+# The built-in example `clustersim run` simulates when given no arguments: a GPT-7B-class model
+# (AICB -m 7) on 32 H100 of a Spectrum-X fabric, TP 4 (sequence parallel) x PP 2 (1F1B) x DP 4,
+# distributed optimizer, 8 micro-batches of 4,096 tokens.
+EXAMPLE_JOB = {
+    "workload": None, "model": "aicb-7", "plan_file": None,
+    "plan": {"tp": 4, "pp": 2, "dp": 4, "global_batch_size": 32, "micro_batch_size": 1, "seq_length": 4096,
+             "sequence_parallel": True, "distributed_optimizer": True},
+    "fabric": "spectrum-x", "gpus": None, "gpu": None, "network": "flow", "sampling": "auto", "mapping": None,
+}
+
+_PLAN_FLAGS = (  # (dest, flags, type, help)
+    ("tp", ("--tp", "--tensor_model_parallel_size"), int, "tensor parallel size"),
+    ("pp", ("--pp", "--pipeline_model_parallel"), int, "pipeline stages"),
+    ("cp", ("--cp", "--context-parallel-size"), int, "context parallel size"),
+    ("ep", ("--ep", "--expert_model_parallel_size"), int, "expert parallel size"),
+    ("dp", ("--dp",), int, "data parallel size (world = tp*cp*pp*dp unless --world-size)"),
+    ("vpp", ("--vpp",), int, "virtual pipeline chunks per stage (interleaved 1F1B)"),
+    ("world_size", ("--world-size", "--world_size"), int, "number of ranks"),
+    ("global_batch_size", ("--global-batch", "--global_batch"), int, "sequences per iteration"),
+    ("micro_batch_size", ("--micro-batch", "--micro_batch"), int, "sequences per micro-batch"),
+    ("seq_length", ("--seq-length", "--seq_length"), int, "tokens per sequence"),
+    ("dtype", ("--dtype",), str, "bf16 | fp16 | fp8"),
+    ("recompute", ("--recompute",), str, "none | selective | full"),
+    ("framework", ("--frame", "--framework"), str, "megatron | deepspeed"),
+    ("zero_stage", ("--zero-stage", "--stage"), int, "DeepSpeed ZeRO stage"),
+    ("rank_order", ("--rank-order",), str, "rank order, default tp-cp-ep-dp-pp"),
+)
+_PLAN_BOOLS = (
+    ("sequence_parallel", ("--sp", "--enable_sequence_parallel"), "sequence parallelism"),
+    ("distributed_optimizer", ("--use-distributed-optimizer", "--distributed-optimizer"), "ZeRO-1-like optimizer"),
+    ("tp_comm_overlap", ("--tp-comm-overlap",), "overlap TP communication with GEMMs"),
+)
+
+
+# ---------------------------------------------------------------- jobs
+def build_inputs(job: dict):
+    """(workload, topology, gpu name) of a job."""
+    from sim.inputs import load_workload_file, make_plan, make_topology, resolve_model, servers_for
+    if job.get("workload"):
+        workload = load_workload_file(job["workload"])
+        if job.get("plan"):
+            raise SimError("plan flags cannot be combined with --workload (the file fixes the plan)")
+    else:
+        if not job.get("model"):
+            raise SimError("give --workload FILE or --model NAME|FILE")
+        from workload_gen import generate
+        model = resolve_model(job["model"])
+        plan_fields = dict(job.get("plan") or {})
+        if "seq_length" not in plan_fields and not job.get("plan_file"):
+            plan_fields["seq_length"] = model.seq_length
+        plan = make_plan(job.get("plan_file"), **plan_fields)
+        workload = generate(model, plan)
+    world = int(workload.plan.world_size)
+    fabric = job.get("fabric") or "spectrum-x"
+    gpus = job.get("gpus")
+    if gpus is None and not Path(fabric).is_file() and "gpus=" not in fabric:
+        gps = 8
+        if "gpus_per_server=" in fabric:
+            gps = int(fabric.split("gpus_per_server=")[1].split(",")[0])
+        gpus = servers_for(world, gps)
+    topology = make_topology(fabric, gpus=gpus, gpu_type=job.get("gpu_type"))
+    from sim.inputs import default_gpu
+    return workload, topology, default_gpu(topology, job.get("gpu"))
+
+
+def run_job(job: dict, progress: bool = False, trace: bool = False, row_key=None):
+    from sim.simulation import simulate
+    workload, topology, gpu = build_inputs(job)
+    rep = simulate(workload, topology, gpu=gpu, network=job.get("network") or "flow",
+                   placement=job.get("mapping"), progress=progress, sampling=job.get("sampling") or "auto",
+                   trace=trace, row_key=row_key or _row_key_for(workload))
+    rep.meta["fabric"] = job.get("fabric")
+    return rep
+
+
+def _row_key_for(workload):
+    """Per-layer CSV rows: SimAI imports keep their layer lines; native workloads group by layer."""
+    if workload.meta.get("source_format") == "simai" or workload.meta.get("simai"):
+        def key(op):
+            return op.name.split("#", 1)[0].split(".", 1)[0]
+        return key
+    return None
+
+
+def summary_row(label: dict, rep=None, error: str = "") -> dict:
+    row = dict(label)
+    keys = ("iteration_time_s", "compute_s", "exposed_TP_s", "exposed_CP_s", "exposed_EP_s", "exposed_DP_s",
+            "exposed_PP_s", "bubble_s", "mfu", "tflops_per_gpu", "tokens_per_s_per_gpu")
+    if rep is None:
+        row.update(dict.fromkeys(keys, ""))
+    else:
+        vals = [rep.iteration_time_s, rep.compute_s] + [rep.exposed_comm_s[k] for k in ("TP", "CP", "EP", "DP", "PP")]
+        vals += [rep.bubble_s, rep.mfu, rep.tflops_per_gpu, rep.tokens_per_s_per_gpu]
+        row.update({k: f"{v:.6g}" for k, v in zip(keys, vals)})
+    row["error"] = error
+    return row
+
+
+def _job_worker(args):
+    label, job = args
+    try:
+        rep = run_job(job)
+        return summary_row(label, rep)
+    except Exception as exc:  # a failed grid point must not stop the sweep; reported in its row
+        return summary_row(label, None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+
+
+# ---------------------------------------------------------------- argument helpers
+def _add_inputs(p: argparse.ArgumentParser, fabric_default: str | None = "spectrum-x") -> None:
+    g = p.add_argument_group("workload")
+    g.add_argument("--workload", "-w", help="native workload JSON or SimAI workload text file")
+    g.add_argument("--model", "-m", help="model: zoo name (e.g. llama3-70b, aicb-7) or config file")
+    g.add_argument("--plan-file", help="parallel plan YAML/JSON (flags below override it)")
+    for dest, flags, typ, hlp in _PLAN_FLAGS:
+        g.add_argument(*flags, dest=dest, type=typ, default=None, help=hlp)
+    for dest, flags, hlp in _PLAN_BOOLS:
+        g.add_argument(*flags, dest=dest, action="store_const", const=True, default=None, help=hlp)
+    t = p.add_argument_group("cluster")
+    if fabric_default is not None:
+        t.add_argument("--topology", "--fabric", "-t", dest="fabric", default=fabric_default,
+                       help="topology template[:key=value,...] (spectrum-x, dcn+, alibaba-hpn, multi-pod, ...) "
+                            "or a SimAI topology file (default %(default)s)")
+    t.add_argument("--gpus", "-g", type=int, help="GPUs of a template topology (default: job size)")
+    t.add_argument("--gpu", help="GPU for compute times (default: the topology's GPU type)")
+    t.add_argument("--gpu-type", help="GPU type written into a template topology (e.g. A100, H100)")
+    t.add_argument("--mapping", help="rank -> GPU mapping file (JSON list or one id per line)")
+    s = p.add_argument_group("simulation")
+    s.add_argument("--network", "-n", choices=("flow", "analytical"), default="flow",
+                   help="network backend (default flow)")
+    s.add_argument("--sampling", choices=("auto", "full"), default="auto",
+                   help="auto: submit one copy of NVLink-domain-local groups (exact symmetry); full: all")
+
+
+def _job_from_args(args) -> dict:
+    plan = {dest: getattr(args, dest) for dest, *_ in _PLAN_FLAGS + tuple((d, f, None) for d, f, _ in _PLAN_BOOLS)
+            if getattr(args, dest, None) is not None}
+    return {"workload": args.workload, "model": args.model, "plan_file": args.plan_file, "plan": plan,
+            "fabric": getattr(args, "fabric", None), "gpus": args.gpus, "gpu": args.gpu,
+            "gpu_type": args.gpu_type, "network": args.network, "sampling": args.sampling,
+            "mapping": args.mapping}
+
+
+def _is_default_run(args) -> bool:
+    job = _job_from_args(args)
+    return not job["workload"] and not job["model"] and not job["plan"] and not job["plan_file"]
+
+
+def _progress_wanted(args) -> bool:
+    return not getattr(args, "quiet", False) and sys.stderr.isatty()
+
+
+# ---------------------------------------------------------------- run
+def cmd_run(args) -> int:
+    from sim.report import format_summary, write_results
+    if _is_default_run(args):
+        job = dict(EXAMPLE_JOB)
+        job.update({k: v for k, v in (("gpus", args.gpus), ("gpu", args.gpu), ("mapping", args.mapping)) if v})
+        if args.fabric != "spectrum-x":
+            job["fabric"] = args.fabric
+        job["network"], job["sampling"] = args.network, args.sampling
+        print("clustersim run: built-in example — AICB GPT-7B (-m 7), 32 x H100 on Spectrum-X 400 Gb/s, "
+              "TP4 (SP) x PP2 x DP4, 8 micro-batches of 4096 tokens", file=sys.stderr)
+    else:
+        job = _job_from_args(args)
+    t0 = time.perf_counter()
+    rep = run_job(job, progress=_progress_wanted(args), trace=not args.no_trace or not args.no_charts)
+    wall = time.perf_counter() - t0
+    name = Path(job["workload"]).name if job.get("workload") else (job.get("model") or "run")
+    out = None
+    if args.out != "-":
+        out = write_results(rep, args.out, run_name=args.name or name, charts=not args.no_charts,
+                            trace=not args.no_trace, extra={k: v for k, v in job.items() if v is not None})
+    if args.json:
+        print(json.dumps(rep.to_dict(), indent=2, default=str))
+    else:
+        print(format_summary(rep))
+        print(f"simulated in {wall:.2f} s ({rep.meta['network_collectives']} network collectives)"
+              + (f"; results in {out}/" if out else ""))
+    return 0
+
+
+# ---------------------------------------------------------------- compare
+def _parse_plan_spec(spec: str) -> tuple[str, dict, str | None]:
+    """'tp=4,pp=2' -> inline overrides; an existing file -> plan file."""
+    from sim.inputs import parse_kv
+    if Path(spec).is_file():
+        return Path(spec).stem, {}, spec
+    return spec, parse_kv(spec, "plan"), None
+
+
+def cmd_compare(args) -> int:
+    from sim.report import atomic_dir
+    base = _job_from_args(args)
+    fabrics = args.fabrics or ["spectrum-x", "dcn+"]
+    plans = args.plans or [None]
+    jobs = []
+    for plan_spec in plans:
+        for fab in fabrics:
+            job = dict(base, fabric=fab, plan=dict(base["plan"]))
+            label = {"fabric": fab}
+            if plan_spec is not None:
+                name, fields, pfile = _parse_plan_spec(plan_spec)
+                job["plan"].update(fields)
+                if pfile:
+                    job["plan_file"] = pfile
+                label["plan"] = name
+            jobs.append((label, job))
+    if not base["workload"] and not base["model"]:
+        for _, job in jobs:
+            job["model"] = EXAMPLE_JOB["model"]
+            job["plan"] = {**EXAMPLE_JOB["plan"], **job["plan"]}
+    reports = []
+    for label, job in jobs:
+        if not args.quiet:
+            print(f"simulating {label} ...", file=sys.stderr)
+        reports.append((label, run_job(job)))
+    rows = [summary_row(label, rep) for label, rep in reports]
+    table = format_compare(reports)
+    print(table)
+
+    def write(tmp: Path) -> None:
+        _write_csv(tmp / "compare.csv", rows)
+        (tmp / "compare.txt").write_text(table + "\n")
+        (tmp / "compare.json").write_text(json.dumps([{"label": lab, **rep.to_dict()} for lab, rep in reports],
+                                                     indent=2, default=str) + "\n")
+        plot_compare(reports, tmp / "compare.png")
+    if args.out != "-":
+        out = atomic_dir(args.out, write)
+        print(f"results in {out}/ (compare.csv, compare.png)")
+    return 0
+
+
+def _label_text(label: dict) -> str:
+    return " | ".join(str(v) for v in label.values())
+
+
+def format_compare(reports) -> str:
+    head = f"{'configuration':<44s}{'iter (s)':>10s}{'compute':>9s}{'TP':>8s}{'CP':>8s}{'EP':>8s}{'DP':>8s}" \
+           f"{'PP':>8s}{'bubble':>8s}{'MFU %':>7s}{'vs best':>9s}"
+    best = min(rep.iteration_time_s for _, rep in reports)
+    lines = [head, "-" * len(head)]
+    for label, rep in reports:
+        e = rep.exposed_comm_s
+        lines.append(f"{_label_text(label)[:43]:<44s}{rep.iteration_time_s:10.4f}{rep.compute_s:9.3f}"
+                     f"{e['TP']:8.3f}{e['CP']:8.3f}{e['EP']:8.3f}{e['DP']:8.3f}{e['PP']:8.3f}{rep.bubble_s:8.3f}"
+                     f"{100 * rep.mfu:7.1f}{rep.iteration_time_s / best:8.3f}x")
+    lines.append("columns: seconds per iteration; TP..PP = exposed communication; MFU = model FLOPs / "
+                 "(GPUs x T x peak)")
+    return "\n".join(lines)
+
+
+def plot_compare(reports, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from sim.report import _COLORS
+    labels = [_label_text(lab) for lab, _ in reports]
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(labels) + 3), 4.5))
+    bottom = [0.0] * len(labels)
+    for key in ("compute", "TP", "CP", "EP", "DP", "PP", "bubble"):
+        vals = [(rep.compute_s if key == "compute" else rep.bubble_s if key == "bubble" else rep.exposed_comm_s[key])
+                for _, rep in reports]
+        if not any(v > 0 for v in vals):
+            continue
+        ax.bar(labels, vals, bottom=bottom, color=_COLORS[key],
+               label=key if key in ("compute", "bubble") else f"exposed {key}")
+        bottom = [a + b for a, b in zip(bottom, vals)]
+    for i, (_, rep) in enumerate(reports):
+        ax.text(i, bottom[i], f"{rep.iteration_time_s:.3f} s", ha="center", va="bottom", fontsize=8)
+    ax.set_ylabel("seconds per iteration")
+    ax.set_title("Iteration time by configuration")
+    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
+    plt.setp(ax.get_xticklabels(), rotation=15, ha="right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------- sweep
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    fields: list[str] = []
+    for r in rows:
+        for k in r:
+            if k not in fields:
+                fields.append(k)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    path.write_text(buf.getvalue())
+
+
+def _atomic_file(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        _write_csv(tmp, rows)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def sweep_jobs(base: dict, grids: list[str], fabrics: list[str] | None, networks: list[str] | None):
+    """Cartesian product of plan-field grids ('tp=1,2,4'), fabrics and networks -> [(label, job)]."""
+    import itertools
+    dims: list[tuple[str, list[str]]] = []
+    for g in grids:
+        if "=" not in g:
+            raise SimError(f"--grid '{g}': expected FIELD=v1,v2,...")
+        k, vals = g.split("=", 1)
+        values = [v.strip() for v in vals.split(",") if v.strip()]
+        if not values:
+            raise SimError(f"--grid '{g}': no values")
+        dims.append((k.strip().replace("-", "_"), values))
+    fabric_vals = fabrics or [base.get("fabric") or "spectrum-x"]
+    network_vals = networks or [base.get("network") or "flow"]
+    jobs = []
+    for fab, net in itertools.product(fabric_vals, network_vals):
+        for combo in itertools.product(*[v for _, v in dims]) if dims else [()]:
+            plan = dict(base["plan"])
+            label = {"fabric": fab, "network": net}
+            for (k, _), v in zip(dims, combo):
+                plan[k] = v
+                label[k] = v
+            jobs.append((label, dict(base, fabric=fab, network=net, plan=plan)))
+    return jobs
+
+
+def _mpi_comm():
+    if not any(os.environ.get(k) for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")):
+        return None
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return None
+    comm = MPI.COMM_WORLD
+    return comm if comm.Get_size() > 1 else None
+
+
+def cmd_sweep(args) -> int:
+    base = _job_from_args(args)
+    if not base["workload"] and not base["model"]:
+        raise SimError("sweep needs --model NAME|FILE or --workload FILE")
+    jobs = sweep_jobs(base, args.grid or [], args.fabrics, args.networks)
+    comm = _mpi_comm()
+    if comm is not None:
+        rank, size = comm.Get_rank(), comm.Get_size()
+        mine = [(i, _job_worker(jobs[i])) for i in range(rank, len(jobs), size)]
+        gathered = comm.gather(mine, root=0)
+        if rank != 0:
+            return 0
+        rows = [r for _, r in sorted((x for part in gathered for x in part), key=lambda t: t[0])]
+        mode = f"mpi x {size}"
+    else:
+        n = max(1, min(args.jobs or 1, len(jobs)))
+        if n > 1:
+            import multiprocessing as mp
+            with mp.get_context("fork").Pool(n) as pool:
+                rows = pool.map(_job_worker, jobs, chunksize=1)
+        else:
+            rows = [_job_worker(j) for j in jobs]
+        mode = f"{n} local process(es)"
+    out = Path(args.out)
+    _atomic_file(out, rows)
+    failed = sum(1 for r in rows if r["error"])
+    print(f"sweep: {len(rows)} runs ({mode}), {failed} failed; results in {out}")
+    return 0
+
+
+# ---------------------------------------------------------------- registration
 def register(subparsers) -> None:
     """Add sim's subcommands to the clustersim parser."""
+    p = subparsers.add_parser("run", help="simulate one training iteration (no arguments: built-in example)",
+                              description="Simulate one training iteration. Without arguments: a built-in "
+                                          "example (GPT-7B class on 32 H100, Spectrum-X).")
+    _add_inputs(p)
+    p.add_argument("--out", "-o", default="clustersim-results",
+                   help="results directory (written atomically; '-' = none); default %(default)s")
+    p.add_argument("--name", help="run name in EndToEnd.csv")
+    p.add_argument("--no-charts", action="store_true", help="skip PNG charts")
+    p.add_argument("--no-trace", action="store_true", help="skip the Chrome trace")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_run)
+
+    c = subparsers.add_parser("compare", help="one workload across fabrics and/or plans: table + bar chart")
+    _add_inputs(c, fabric_default=None)
+    c.add_argument("--fabric", "--topology", "-t", dest="fabrics", action="append",
+                   help="fabric to compare (repeatable): template[:key=value,...] or SimAI topology file")
+    c.add_argument("--plan", dest="plans", action="append",
+                   help="plan variant (repeatable): inline 'tp=8,pp=2' or a plan file")
+    c.add_argument("--out", "-o", default="clustersim-compare", help="results directory ('-' = none)")
+    c.add_argument("--quiet", "-q", action="store_true")
+    c.set_defaults(func=cmd_compare)
+
+    s = subparsers.add_parser("sweep", help="grid of runs (parallel under mpiexec or local processes) -> one CSV")
+    _add_inputs(s)
+    s.add_argument("--grid", action="append", help="plan field grid, e.g. --grid tp=1,2,4 --grid pp=1,2")
+    s.add_argument("--fabric-grid", dest="fabrics", action="append", help="fabric values (repeatable)")
+    s.add_argument("--network-grid", dest="networks", action="append", choices=("flow", "analytical"))
+    s.add_argument("--jobs", "-j", type=int, default=2, help="local worker processes without MPI (default 2)")
+    s.add_argument("--out", "-o", default="clustersim-sweep.csv", help="CSV file (written atomically)")
+    s.set_defaults(func=cmd_sweep)

@@ -1,7 +1,278 @@
-"""`clustersim` subcommands owned by workload_gen."""
+"""`clustersim workload`: build a Workload from a model and a parallel plan, print a summary, export it.
+
+Flag names: clustersim's own plus AICB's (simai_formats.md §7) as aliases, so AICB command lines work
+unchanged (`-m 7 --world_size 4096 --tensor_model_parallel_size 2 --frame Megatron ...`). The user's
+TP is always honoured. AICB's measurement flags (--aiob_enable, --comp_filepath, --gpu_type) are
+accepted and ignored: kernel times come from compute_db when the workload is simulated.
+"""
 
 from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections import Counter
+from pathlib import Path
+
+from workload_gen.errors import ConfigFileError, WorkloadError
+
+AICB_SIZES = {"7", "13", "22", "175", "405", "moe", "deepseek671", "deepseek236", "deepseek16"}
 
 
 def register(subparsers) -> None:
     """Add this package's subcommands to the clustersim parser."""
+    p = subparsers.add_parser(
+        "workload", help="generate a kernel-level training workload (summary, native JSON, SimAI, AICB CSV)",
+        description="Generate the per-stage kernel/collective program of one training iteration.")
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    m = p.add_argument_group("model")
+    m.add_argument("model", nargs="?", help="zoo model name (see --list-models)")
+    m.add_argument("-m", "--model-size", dest="aicb_size", help="AICB model size: 7 13 22 175 405 moe deepseek671 ...")
+    m.add_argument("--model", dest="model_opt", help="zoo model name")
+    m.add_argument("--model-file", "--model_file", help="HuggingFace config.json or YAML model file")
+    m.add_argument("--list-models", action="store_true", help="print the zoo names and exit")
+    m.add_argument("--num-layers", "--num_layers", type=int)
+    m.add_argument("--hidden-size", "--hidden_size", type=int)
+    m.add_argument("--num-attention-heads", "--num_attention_heads", type=int)
+    m.add_argument("--num-kv-heads", "--num_query_groups", "--num-query-groups", type=int)
+    m.add_argument("--ffn-hidden-size", "--ffn_hidden_size", type=int)
+    m.add_argument("--vocab-size", "--vocab_size", type=int)
+    m.add_argument("--num-experts", "--num_experts", type=int)
+    m.add_argument("--moe-router-topk", "--moe_router_topk", type=int)
+    m.add_argument("--moe-ffn-hidden-size", "--moe_ffn_hidden_size", type=int)
+    m.add_argument("--swiglu", action="store_true", default=None, help="SwiGLU MLP")
+    m.add_argument("--moe-enable", "--moe_enable", action="store_true", help="(AICB) accepted; MoE follows the model")
+
+    q = p.add_argument_group("parallel plan")
+    q.add_argument("--plan-file", "--plan_file", help="YAML/JSON plan file (flags override its values)")
+    q.add_argument("--frame", "--framework", dest="framework", type=str.lower,
+                   choices=["megatron", "deepspeed", "deepseek"], help="megatron (default) or deepspeed")
+    q.add_argument("--world-size", "--world_size", type=int)
+    q.add_argument("--tp", "--tensor-model-parallel-size", "--tensor_model_parallel_size", type=int)
+    q.add_argument("--pp", "--pipeline-model-parallel-size", "--pipeline_model_parallel", type=int)
+    q.add_argument("--vpp", "--virtual-pipeline-model-parallel-size", type=int)
+    q.add_argument("--cp", "--context-parallel-size", "--context_parallel_size", type=int)
+    q.add_argument("--ep", "--expert-model-parallel-size", "--expert_model_parallel_size", type=int)
+    q.add_argument("--etp", "--expert-tensor-parallel-size", type=int)
+    q.add_argument("--sp", "--sequence-parallel", "--enable_sequence_parallel", "--enable-sequence-parallel",
+                   dest="sp", action="store_true", default=None)
+    q.add_argument("--first-stage-layers", "--decoder-first-pipeline-num-layers", type=int)
+    q.add_argument("--last-stage-layers", "--decoder-last-pipeline-num-layers", type=int)
+    q.add_argument("--mbs", "--micro-batch-size", "--micro_batch", type=int)
+    q.add_argument("--gbs", "--global-batch-size", "--global_batch", type=int)
+    q.add_argument("--seq", "--seq-length", "--seq_length", type=int)
+    q.add_argument("--dtype", choices=["bf16", "fp16", "fp8"])
+    q.add_argument("--recompute", choices=["none", "selective", "full"])
+    q.add_argument("--recompute-activations", "--recompute_activations", action="store_true",
+                   help="(AICB/Megatron) selective recompute")
+    q.add_argument("--recompute-num-layers", type=int)
+    q.add_argument("--flash-attn", "--use_flash_attn", "--use-flash-attn", dest="flash", action="store_true",
+                   default=None)
+    q.add_argument("--no-flash-attn", dest="flash", action="store_false")
+    q.add_argument("--tp-comm-overlap", action="store_true", default=None)
+    q.add_argument("--cp-comm-type", choices=["p2p", "a2a"])
+    q.add_argument("--distributed-optimizer", "--use-distributed-optimizer", "--use_distributed_optimizer",
+                   dest="dist_opt", action="store_true", default=None)
+    q.add_argument("--zero-stage", "--stage", type=int, choices=[0, 1, 2, 3])
+    q.add_argument("--reduce-bucket-size", "--reduce_bucket_size", type=int)
+    q.add_argument("--allgather-bucket-size", "--allgather_bucket_size", type=int)
+    q.add_argument("--grad-bucket-size", "--ddp-bucket-size", type=int)
+    q.add_argument("--moe-grouped-gemm", "--moe_grouped_gemm", dest="grouped", action="store_true", default=None)
+    q.add_argument("--no-moe-grouped-gemm", dest="grouped", action="store_false")
+    q.add_argument("--rank-order", type=str)
+    q.add_argument("--aiob_enable", "--aiob-enable", action="store_true", help=argparse.SUPPRESS)
+    q.add_argument("--comp_filepath", "--comp-filepath", help=argparse.SUPPRESS)
+    q.add_argument("--gpu_type", "--gpu-type", help=argparse.SUPPRESS)
+
+    o = p.add_argument_group("output")
+    o.add_argument("--out", help="write the native versioned JSON workload")
+    o.add_argument("--ops-csv", help="write a flat CSV of every op")
+    o.add_argument("--simai", help="write a SimAI workload text file (stage 0, GA unrolled)")
+    o.add_argument("--simai-dir", help="write the SimAI file into this folder under an AICB-style name")
+    o.add_argument("--aicb-csv", help="write an AICB-style per-op CSV log (stage 0, one iteration)")
+
+
+def _model(args):
+    from workload_gen.zoo import get_model, list_models
+    if args.list_models:
+        return list_models()
+    names = [x for x in (args.model, args.model_opt) if x]
+    if args.aicb_size:
+        size = args.aicb_size.lower()
+        if size not in AICB_SIZES:
+            raise WorkloadError(f"-m: unknown AICB model size {args.aicb_size!r}; known: "
+                                f"{', '.join(sorted(AICB_SIZES))}")
+        names.append(f"aicb-{size}")
+    if args.model_file:
+        if names:
+            raise WorkloadError("--model-file: give either a zoo model or a model file, not both")
+        from workload_gen.config_io import load_model
+        model = load_model(args.model_file)
+    elif len(set(names)) > 1:
+        raise WorkloadError(f"model: more than one model given ({', '.join(names)})")
+    elif names:
+        model = get_model(names[0])
+    else:
+        raise WorkloadError("model: give a zoo model name, -m SIZE or --model-file (see --list-models)")
+    over = {"num_layers": args.num_layers, "hidden_size": args.hidden_size,
+            "num_attention_heads": args.num_attention_heads, "num_kv_heads": args.num_kv_heads,
+            "ffn_hidden_size": args.ffn_hidden_size, "vocab_size": args.vocab_size,
+            "num_experts": args.num_experts, "moe_top_k": args.moe_router_topk,
+            "moe_ffn_hidden_size": args.moe_ffn_hidden_size}
+    over = {k: v for k, v in over.items() if v is not None}
+    for k, v in over.items():
+        if v <= 0 and not (k == "num_experts" and v == 0):
+            raise WorkloadError(f"--{k.replace('_', '-')}: must be positive (got {v})")
+    if args.swiglu:
+        over["activation"] = "swiglu"
+    if "hidden_size" in over and "ffn_hidden_size" not in over and model.activation == "gelu":
+        over["ffn_hidden_size"] = 4 * over["hidden_size"]
+    return dataclasses.replace(model, **over) if over else model
+
+
+def _plan(args, model):
+    from workload_gen.plan import ParallelPlan
+    base = {}
+    if args.plan_file:
+        from workload_gen.config_io import load_plan
+        base = dataclasses.asdict(load_plan(args.plan_file))
+    fw = args.framework
+    if fw == "deepseek":
+        fw = "megatron"
+    flags = {
+        "framework": fw, "tp": args.tp, "pp": args.pp, "vpp": args.vpp, "cp": args.cp, "ep": args.ep,
+        "etp": args.etp, "sequence_parallel": args.sp, "num_layers_first_stage": args.first_stage_layers,
+        "num_layers_last_stage": args.last_stage_layers, "micro_batch_size": args.mbs,
+        "global_batch_size": args.gbs, "seq_length": args.seq, "dtype": args.dtype,
+        "recompute": args.recompute or ("selective" if args.recompute_activations else None),
+        "recompute_num_layers": args.recompute_num_layers, "flash_attention": args.flash,
+        "tp_comm_overlap": args.tp_comm_overlap, "cp_comm_type": args.cp_comm_type,
+        "distributed_optimizer": args.dist_opt, "zero_stage": args.zero_stage,
+        "reduce_bucket_elements": args.reduce_bucket_size, "allgather_bucket_elements": args.allgather_bucket_size,
+        "grad_bucket_elements": args.grad_bucket_size, "moe_grouped_gemm": args.grouped,
+        "rank_order": args.rank_order, "world_size": args.world_size,
+    }
+    cfg = dict(base)
+    cfg.update({k: v for k, v in flags.items() if v is not None})
+    cfg.setdefault("seq_length", model.seq_length)
+    if "world_size" not in cfg:
+        cfg["world_size"] = cfg.get("tp", 1) * cfg.get("pp", 1) * cfg.get("cp", 1)
+    if cfg.get("framework") == "deepspeed" and args.zero_stage is None and "zero_stage" not in base:
+        cfg["zero_stage"] = 1
+    return ParallelPlan(**cfg)
+
+
+def simai_name(w) -> str:
+    p = w.plan
+    return (f"{w.model.name}-world_size{p.world_size}-tp{p.tp}-pp{p.pp}-ep{p.ep}-gbs{p.global_batch_size}"
+            f"-mbs{p.micro_batch_size}-seq{p.seq_length}.txt")
+
+
+def per_iteration(w):
+    """Per rank and iteration: {stage: (Counter of comm bytes per group, compute ops, comm ops, flops)}."""
+    out = {}
+    n = w.num_microbatches
+    for st in w.stages:
+        by_group: Counter = Counter()
+        k_ops = c_ops = 0
+        flops = 0.0
+        lists = [(op, 1) for op in st.iteration_start + st.iteration_end]
+        for ch in st.chunks:
+            for op in ch.forward + ch.backward:
+                lists.append((op, n if op.microbatch == "all" else 1))
+        for op, times in lists:
+            if op.is_comm:
+                if op.collective == "recv":      # count pipeline traffic once, at the sender
+                    c_ops += times
+                    continue
+                by_group[op.group] += op.size_bytes * times
+                c_ops += times
+            else:
+                k_ops += times
+                flops += op.flops * times
+        out[st.stage] = (by_group, k_ops, c_ops, flops)
+    return out
+
+
+def summary(w) -> str:
+    from workload_gen.params import count_params, stage_params
+    m, p = w.model, w.plan
+    pc = count_params(m)
+    lines = [f"model {m.name}: {m.num_layers} layers, hidden {m.hidden_size}, heads {m.num_attention_heads}"
+             f"/{m.kv_heads}, ffn {m.ffn_hidden_size}, vocab {m.vocab_size} (padded {w.meta.get('padded_vocab_size')})",
+             f"plan: {p.framework}, world {p.world_size} = tp {p.tp} x cp {p.cp} x pp {p.pp} x dp {p.dp}"
+             + (f", ep {p.ep} etp {p.expert_tp} edp {p.edp}" if m.is_moe else "")
+             + f", vpp {p.vpp}, sp {p.sequence_parallel}, mbs {p.micro_batch_size}, gbs {p.global_batch_size},"
+               f" seq {p.seq_length}, {p.dtype}, recompute {p.recompute}"
+             + (f", zero {p.zero_stage}" if p.framework == "deepspeed" else f", dist-opt {p.distributed_optimizer}"),
+             f"schedule {w.schedule}, {w.num_microbatches} micro-batches per iteration",
+             f"parameters: total {pc.total / 1e9:.3f} B" + (f", active {pc.active / 1e9:.3f} B" if m.is_moe else "")]
+    for s in range(p.pp):
+        sp_ = stage_params(m, p, s)
+        if p.pp <= 4 or s in (0, 1, p.pp - 1):
+            lines.append(f"  stage {s}: {len(sp_.layers)} layers, per rank {sp_.total / 1e9:.3f} B params "
+                         f"(dense {sp_.dense / 1e9:.3f} B, expert {sp_.expert / 1e9:.3f} B)")
+        elif s == 2:
+            lines.append("  ...")
+    it = per_iteration(w)
+    ranks = p.world_size // p.pp
+    total_flops = sum(v[3] for v in it.values()) * ranks
+    lines.append(f"FLOPs per iteration (all ranks, kernels incl. recompute): {total_flops:.4e}"
+                 f"  ({total_flops / p.world_size:.4e} per GPU)")
+    groups = sorted({g for v in it.values() for g in v[0]})
+    lines.append("comm bytes per iteration per rank (busiest stage / stage 0), nccl-tests buffer sizes:")
+    for g in groups:
+        mx = max(v[0][g] for v in it.values())
+        lines.append(f"  {g:10s} {mx / 2**30:12.3f} GiB   {it[0][0][g] / 2**30:12.3f} GiB")
+    k0, c0 = it[0][1], it[0][2]
+    n_ops = sum(len(ch.forward) + len(ch.backward) for st in w.stages for ch in st.chunks)
+    lines.append(f"kernels per iteration on a stage-0 rank: {k0} compute, {c0} comm; "
+                 f"workload holds {n_ops} ops ({len(w.stages)} stages)")
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    model = _model(args)
+    if isinstance(model, list):
+        print("\n".join(model))
+        return 0
+    plan = _plan(args, model)
+    from workload_gen.generator import generate
+    w = generate(model, plan)
+    print(summary(w))
+    outputs = []
+    try:
+        if args.out:
+            from workload_gen.native_io import save_workload
+            save_workload(w, args.out)
+            outputs.append(("native JSON", args.out))
+        if args.ops_csv:
+            from workload_gen.native_io import write_ops_csv
+            write_ops_csv(w, args.ops_csv)
+            outputs.append(("ops CSV", args.ops_csv))
+        simai = args.simai
+        if args.simai_dir:
+            os.makedirs(args.simai_dir, exist_ok=True)
+            simai = str(Path(args.simai_dir) / simai_name(w))
+        if simai:
+            from workload_gen.simai_workload import write_simai_workload
+            dropped = write_simai_workload(w, simai)
+            outputs.append(("SimAI workload", simai))
+            if dropped:
+                kinds = Counter(op.group for op in dropped)
+                print("note: SimAI text cannot express " + ", ".join(f"{n} {g}" for g, n in sorted(kinds.items()))
+                      + " op(s) per micro-batch/iteration (pipeline traffic is the header's pp_comm); compute "
+                        "times in the file are PLACEHOLDER roofline estimates")
+        if args.aicb_csv:
+            from workload_gen.aicb_csv import write_aicb_csv
+            write_aicb_csv(w, args.aicb_csv)
+            outputs.append(("AICB CSV", args.aicb_csv))
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError) as exc:
+        raise ConfigFileError(f"{exc.filename}: cannot write ({exc.strerror})") from None
+    for what, path in outputs:
+        print(f"wrote {what}: {path}")
+    return 0

@@ -46,3 +46,73 @@ class ModelSpec:
     # --- bookkeeping ---
     make_vocab_size_divisible_by: int = 128  # Megatron pads vocab to a multiple of this x TP
     extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    # ---- derived, read-only helpers (resolve the None defaults; no validation here) ----
+    @property
+    def kv_heads(self) -> int:
+        """Number of key/value heads (query groups); equals the attention heads for MHA."""
+        return self.num_attention_heads if self.num_kv_heads is None else self.num_kv_heads
+
+    @property
+    def head_size(self) -> int:
+        """Per-head width of q/k/v for MHA/GQA (resolved `head_dim`)."""
+        return self.hidden_size // self.num_attention_heads if self.head_dim is None else self.head_dim
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.attention == "mla"
+
+    @property
+    def gated_mlp(self) -> bool:
+        """SwiGLU MLPs have two input projections (gate and up) of the FFN width."""
+        return self.activation == "swiglu"
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Per-head width of queries/keys (MLA: nope + rope part)."""
+        if self.is_mla:
+            return (self.qk_nope_head_dim or 0) + (self.qk_rope_head_dim or 0)
+        return self.head_size
+
+    @property
+    def v_head_size(self) -> int:
+        """Per-head width of values (MLA: v_head_dim)."""
+        if self.is_mla:
+            return self.v_head_dim or 0
+        return self.head_size
+
+    @property
+    def expert_ffn_hidden_size(self) -> int:
+        """Routed-expert MLP width (resolved `moe_ffn_hidden_size`; falls back to ffn_hidden_size)."""
+        return self.ffn_hidden_size if self.moe_ffn_hidden_size is None else self.moe_ffn_hidden_size
+
+    @property
+    def shared_expert_total_ffn(self) -> int:
+        """Width of the fused shared-expert MLP (all shared experts together, as Megatron builds it)."""
+        per = (self.expert_ffn_hidden_size if self.shared_expert_ffn_hidden_size is None
+               else self.shared_expert_ffn_hidden_size)
+        return self.num_shared_experts * per
+
+    def layer_is_moe(self, layer: int) -> bool:
+        """Whether global layer `layer` (0-based) has an MoE MLP.
+
+        Rule: the first `num_dense_layers` layers are dense; after them every `moe_layer_freq`-th layer
+        is MoE, starting with the first one. `extra["moe_layer_pattern"]` (a sequence of 0/1 per layer,
+        set by HF loaders for irregular patterns) overrides the rule.
+        """
+        if self.num_experts <= 0:
+            return False
+        pattern = self.extra.get("moe_layer_pattern") if self.extra else None
+        if pattern is not None:
+            return bool(pattern[layer])
+        if layer < self.num_dense_layers:
+            return False
+        return (layer - self.num_dense_layers) % max(1, self.moe_layer_freq) == 0
+
+    @property
+    def moe_layer_ids(self) -> tuple[int, ...]:
+        return tuple(i for i in range(self.num_layers) if self.layer_is_moe(i))

@@ -84,6 +84,8 @@ class ComputeOp:
     saved_bytes: int = 0
     microbatch: str = "all"             # "all" | "first" | "last"
     causal: bool = False                # attention kernels only
+    time_s: float | None = None         # given duration (imported traces, e.g. SimAI files): compute_db
+                                        # is not consulted when set
 
     @property
     def dims(self) -> dict[str, int]:

@@ -1,0 +1,149 @@
+"""GPU spec table: per-dtype dense peaks, HBM size and bandwidth, NVLink and NIC rates (SI units).
+
+The shipped table is compute_db/data/gpus.yaml (datasheet figures from reference/hardware.md). Users add
+GPUs with their own YAML file of the same layout (`load_gpu_file`); names are matched case-insensitively
+and through aliases. NVLink and NIC figures are per GPU and per direction.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from compute_db.errors import ComputeDBError
+
+DTYPES = ("bf16", "fp16", "fp8", "fp32")
+SHIPPED_GPU_FILE = Path(__file__).resolve().parent / "data" / "gpus.yaml"
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    name: str
+    peak_flops: dict[str, float]        # dtype -> dense FLOP/s ("fp32" is the TF32 tensor-core rate)
+    hbm_bytes: float
+    hbm_Bps: float
+    nvlink_Bps: float                   # per GPU, one direction (0: no switched NVLink)
+    nic_Bps: float                      # per GPU, one direction (0: none typical)
+    aliases: tuple[str, ...] = ()
+    similar_to: tuple[str, ...] = ()    # GPUs whose measured kernel data stand in when this one has none
+    fp8_native: bool = True             # False: fp8 listed at the 16-bit rate (no fp8 tensor cores)
+    meta: dict = field(default_factory=dict, compare=False)
+
+
+def _num(entry: Mapping, key: str, where: str, default: float | None = None) -> float:
+    value = entry.get(key, default)
+    if value is None:
+        raise ComputeDBError(f"{where}: missing field '{key}'")
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise ComputeDBError(f"{where}: field '{key}' must be a number, got {value!r}") from None
+    if value < 0:
+        raise ComputeDBError(f"{where}: field '{key}' must be >= 0, got {value}")
+    return value
+
+
+def _parse(data: object, source: str) -> dict[str, GPUSpec]:
+    if not isinstance(data, Mapping) or not isinstance(data.get("gpus"), Mapping):
+        raise ComputeDBError(f"{source}: expected a mapping with a top-level 'gpus:' mapping of GPU name -> spec")
+    specs: dict[str, GPUSpec] = {}
+    for name, entry in data["gpus"].items():
+        where = f"{source}: gpus.{name}"
+        if not isinstance(entry, Mapping):
+            raise ComputeDBError(f"{where}: expected a mapping of fields")
+        peaks_in = entry.get("peak_tflops")
+        if not isinstance(peaks_in, Mapping):
+            raise ComputeDBError(f"{where}: missing mapping 'peak_tflops' (dtype -> dense TFLOP/s)")
+        peaks: dict[str, float] = {}
+        for dtype in DTYPES:
+            value = peaks_in.get(dtype)
+            if value is None and dtype == "fp16":
+                value = peaks_in.get("bf16")
+            if value is None and dtype == "fp8":
+                value = peaks_in.get("bf16")
+            if value is None and dtype == "fp32":
+                value = (peaks_in.get("bf16") or 0) / 2 or None
+            if value is None:
+                raise ComputeDBError(f"{where}: peak_tflops.{dtype} missing")
+            peaks[dtype] = _num({dtype: value}, dtype, f"{where}.peak_tflops") * 1e12
+            if peaks[dtype] <= 0:
+                raise ComputeDBError(f"{where}: peak_tflops.{dtype} must be > 0")
+        hbm_Bps = _num(entry, "hbm_GBps", where) * 1e9
+        if hbm_Bps <= 0:
+            raise ComputeDBError(f"{where}: field 'hbm_GBps' must be > 0")
+        specs[str(name)] = GPUSpec(
+            name=str(name),
+            peak_flops=peaks,
+            hbm_bytes=_num(entry, "hbm_gb", where) * 1e9,
+            hbm_Bps=hbm_Bps,
+            nvlink_Bps=_num(entry, "nvlink_GBps", where, 0.0) * 1e9,
+            nic_Bps=_num(entry, "nic_Gbps", where, 0.0) * 1e9 / 8,
+            aliases=tuple(str(a) for a in entry.get("aliases") or ()),
+            similar_to=tuple(str(a) for a in entry.get("similar_to") or ()),
+            fp8_native=bool(entry.get("fp8_native", True)),
+        )
+    return specs
+
+
+def load_gpu_file(path: str | Path) -> dict[str, GPUSpec]:
+    """Read a GPU spec YAML file (layout of compute_db/data/gpus.yaml) -> {name: GPUSpec}."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ComputeDBError(f"{path}: GPU spec file not found") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise ComputeDBError(f"{path}{line}: not valid YAML") from None
+    return _parse(data, str(path))
+
+
+@functools.cache
+def shipped_gpus() -> Mapping[str, GPUSpec]:
+    """The shipped table (read once; treat as read-only)."""
+    return load_gpu_file(SHIPPED_GPU_FILE)
+
+
+def _table(extra: Mapping[str, GPUSpec] | None) -> dict[str, GPUSpec]:
+    table = dict(shipped_gpus())
+    if extra:
+        table.update(extra)
+    return table
+
+
+def _index(table: Mapping[str, GPUSpec]) -> dict[str, str]:
+    index: dict[str, str] = {}
+    for name, spec in table.items():
+        for alias in spec.aliases:
+            index[alias.lower()] = name
+    for name in table:  # canonical names win over aliases
+        index[name.lower()] = name
+    return index
+
+
+def canonical_name(name: str, extra: Mapping[str, GPUSpec] | None = None) -> str:
+    """The table's canonical name for `name` (case-insensitive, aliases); ComputeDBError if unknown."""
+    table = _table(extra)
+    found = _index(table).get(str(name).strip().lower())
+    if found is None:
+        raise ComputeDBError(f"unknown GPU '{name}'; known GPUs: {', '.join(sorted(table))} "
+                             "(add one with a GPU spec YAML file: --gpu-file)")
+    return found
+
+
+def get_gpu(name: str, extra: Mapping[str, GPUSpec] | None = None) -> GPUSpec:
+    """Spec of a GPU by name or alias; `extra` are user GPUs (load_gpu_file) that extend the table."""
+    table = _table(extra)
+    return table[canonical_name(name, extra)]
+
+
+def list_gpus(extra: Mapping[str, GPUSpec] | None = None) -> list[str]:
+    """Canonical names of the known GPUs, sorted."""
+    return sorted(_table(extra))

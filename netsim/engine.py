@@ -1,0 +1,239 @@
+"""Event-driven flow-level engine: flows on links, max-min fair rates, completion callbacks.
+
+Modelled: each flow crosses a fixed set of links (weights > 1 when a lock-step flow crosses a link more
+than once); it waits `latency_s` after being added (per-flow start overhead + propagation), then
+transfers `nbytes` at its max-min fair rate; rates are recomputed whenever a flow starts or finishes.
+Ignored: packets, queues, congestion control dynamics, head-of-line blocking.
+
+Invariants (checked when `check_invariants=True`): no link carries more than its capacity at any
+instant; the bytes delivered to a flow (integral of its rate) equal its size; at idle every flow has
+completed. Runs are deterministic: flows are ordered by id, ties by insertion order.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from netsim.errors import NetsimError
+from netsim.maxmin import maxmin_rates
+
+_EMPTY_I = np.zeros(0, dtype=np.int64)
+_EMPTY_F = np.zeros(0, dtype=np.float64)
+
+
+@dataclass
+class FlowRecord:
+    """Completed flow: for statistics (flow completion times)."""
+    flow_id: int
+    nbytes: float
+    added_s: float
+    start_s: float      # when it began to transfer (after its latency)
+    end_s: float
+
+
+class FlowEngine:
+    """Flows over links with fixed capacities (bytes/s).
+
+    add_flow(...) -> id; next_event_time(); advance(until_s). Callbacks `on_done(flow_id, t_s)` fire in
+    advance() and may add flows.
+    """
+
+    def __init__(self, capacity_Bps, *, use_numba: bool | None = None, check_invariants: bool = False,
+                 record_flows: bool = False, record_link_timeline: bool = False):
+        self.capacity_Bps = np.asarray(capacity_Bps, dtype=np.float64)
+        self.use_numba = use_numba
+        self.check_invariants = check_invariants
+        self.record_flows = record_flows
+        self.record_link_timeline = record_link_timeline
+        self.now_s = 0.0
+        self._links: list[np.ndarray] = []
+        self._w: list[np.ndarray] = []
+        self._bytes: list[float] = []
+        self._cap: list[float] = []
+        self._cb: list[Callable[[int, float], None] | None] = []
+        self._added: list[float] = []
+        self._started: list[float] = []
+        self._delivered: list[float] = []
+        self._pending: list[tuple[float, int]] = []   # (activation time, flow id)
+        self._act_ids = _EMPTY_I
+        self._act_rem = _EMPTY_F
+        self._act_rate = _EMPTY_F
+        self._link_load = np.zeros(len(self.capacity_Bps))
+        self._dirty = False
+        self._n_done = 0
+        self.link_bytes = np.zeros(len(self.capacity_Bps))   # bytes carried per link (weighted)
+        self.flow_records: list[FlowRecord] = []
+        self.link_timeline: list[tuple[float, np.ndarray]] = []  # (t_s, load_Bps from t_s on)
+        self.recomputes = 0
+
+    # ---------------------------------------------------------------- flows
+    def add_flow(self, links, nbytes: float, *, weights=None, latency_s: float = 0.0,
+                 cap_Bps: float = math.inf, on_done: Callable[[int, float], None] | None = None) -> int:
+        links = np.asarray(links, dtype=np.int64)
+        w = np.ones(len(links)) if weights is None else np.asarray(weights, dtype=np.float64)
+        if nbytes < 0 or latency_s < 0:
+            raise NetsimError(f"flow with negative size or latency ({nbytes} B, {latency_s} s)")
+        fid = len(self._links)
+        self._links.append(links)
+        self._w.append(w)
+        self._bytes.append(float(nbytes))
+        self._cap.append(float(cap_Bps))
+        self._cb.append(on_done)
+        self._added.append(self.now_s)
+        self._started.append(math.nan)
+        self._delivered.append(0.0)
+        heapq.heappush(self._pending, (self.now_s + latency_s, fid))
+        return fid
+
+    @property
+    def num_flows(self) -> int:
+        return len(self._links)
+
+    @property
+    def num_active(self) -> int:
+        return len(self._act_ids)
+
+    def idle(self) -> bool:
+        return not self._pending and len(self._act_ids) == 0
+
+    # ---------------------------------------------------------------- rates
+    def _recompute(self) -> None:
+        self._dirty = False
+        self.recomputes += 1
+        ids = self._act_ids
+        if len(ids) == 0:
+            self._act_rate = _EMPTY_F
+            self._link_load[:] = 0.0
+            return
+        links = [self._links[f] for f in ids]
+        ws = [self._w[f] for f in ids]
+        lens = np.fromiter((len(a) for a in links), dtype=np.int64, count=len(ids))
+        ptr = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum(lens, out=ptr[1:])
+        fl = np.concatenate(links) if len(links) else _EMPTY_I
+        fw = np.concatenate(ws) if len(ws) else _EMPTY_F
+        caps = np.fromiter((self._cap[f] for f in ids), dtype=np.float64, count=len(ids))
+        has_cap = bool(np.isfinite(caps).any())
+        rates = maxmin_rates(self.capacity_Bps, ptr, fl, fw, caps if has_cap else None,
+                             use_numba=self.use_numba)
+        self._act_rate = rates
+        per_entry = np.repeat(np.where(np.isfinite(rates), rates, 0.0), lens) * fw
+        self._link_load = np.bincount(fl, weights=per_entry, minlength=len(self.capacity_Bps))
+        if self.check_invariants:
+            over = self._link_load > self.capacity_Bps * (1 + 1e-9) + 1e-6
+            if over.any():
+                lk = int(np.nonzero(over)[0][0])
+                raise AssertionError(f"link {lk} above capacity: {self._link_load[lk]} > "
+                                     f"{self.capacity_Bps[lk]} B/s at t={self.now_s}")
+            stuck = (rates <= 0) & (self._act_rem > 0)
+            if stuck.any():
+                raise AssertionError(f"flow {int(ids[np.nonzero(stuck)[0][0]])} has rate 0")
+        if self.record_link_timeline:
+            self.link_timeline.append((self.now_s, self._link_load.copy()))
+
+    def _finish_times(self) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = self._act_rem / self._act_rate
+        t = np.where(self._act_rem <= 0, 0.0, t)
+        return self.now_s + np.where(np.isnan(t), math.inf, t)
+
+    def next_event_time(self) -> float:
+        if self._dirty:
+            self._recompute()
+        t = self._pending[0][0] if self._pending else math.inf
+        if len(self._act_ids):
+            t = min(t, float(self._finish_times().min()))
+        return t
+
+    # ---------------------------------------------------------------- time
+    def _progress(self, t_s: float) -> None:
+        dt = t_s - self.now_s
+        if dt > 0 and len(self._act_ids):
+            moved = np.where(np.isfinite(self._act_rate), self._act_rate, 0.0) * dt
+            self._act_rem = self._act_rem - moved
+            self.link_bytes += self._link_load * dt
+            if self.check_invariants:
+                for f, m in zip(self._act_ids.tolist(), moved.tolist()):
+                    self._delivered[f] += m
+        self.now_s = max(self.now_s, t_s)
+
+    def advance(self, until_s: float) -> None:
+        """Process every event with time <= until_s (callbacks included), then move the clock there."""
+        while True:
+            t = self.next_event_time()
+            if t > until_s:
+                break
+            self._progress(t)
+            self._step_events(t)
+        self._progress(until_s)
+
+    def run(self) -> float:
+        """Run until idle; returns the time of the last event."""
+        while True:
+            t = self.next_event_time()
+            if t == math.inf:
+                if len(self._act_ids):
+                    raise NetsimError(f"{len(self._act_ids)} flows can never finish (zero-capacity path)")
+                return self.now_s
+            self.advance(t)
+
+    def _step_events(self, t: float) -> None:
+        done: list[int] = []
+        keep_mask = None
+        if len(self._act_ids):
+            fin = self._finish_times()
+            tol = t + max(abs(t), 1e-9) * 1e-12
+            dmask = fin <= tol
+            if dmask.any():
+                done = self._act_ids[dmask].tolist()
+                keep_mask = ~dmask
+        new: list[int] = []
+        while self._pending and self._pending[0][0] <= t:
+            _, f = heapq.heappop(self._pending)
+            self._started[f] = t
+            if self._bytes[f] <= 0 or (len(self._links[f]) == 0 and self._cap[f] == math.inf):
+                if self.check_invariants:
+                    self._delivered[f] = self._bytes[f]
+                done.append(f)
+            else:
+                new.append(f)
+        if keep_mask is not None or new:
+            ids, rem = self._act_ids, self._act_rem
+            if keep_mask is not None:
+                ids, rem = ids[keep_mask], rem[keep_mask]
+            if new:
+                ids = np.concatenate([ids, np.asarray(new, dtype=np.int64)])
+                rem = np.concatenate([rem, np.asarray([self._bytes[f] for f in new])])
+            self._act_ids, self._act_rem = ids, rem
+            self._act_rate = np.zeros(len(ids))  # placeholder until the recompute below
+            self._dirty = True
+        for f in sorted(done):
+            self._n_done += 1
+            if self.check_invariants:
+                err = abs(self._delivered[f] - self._bytes[f])
+                if err > 1e-6 * self._bytes[f] + 1e-3:
+                    raise AssertionError(f"flow {f}: delivered {self._delivered[f]} B of {self._bytes[f]} B")
+            if self.record_flows:
+                self.flow_records.append(FlowRecord(f, self._bytes[f], self._added[f], self._started[f], t))
+            cb = self._cb[f]
+            if cb is not None:
+                cb(f, t)
+
+    # ---------------------------------------------------------------- stats
+    def link_utilization(self, elapsed_s: float | None = None) -> np.ndarray:
+        """Mean utilization per link over [0, elapsed_s] (default: up to now)."""
+        el = self.now_s if elapsed_s is None else elapsed_s
+        if el <= 0:
+            return np.zeros(len(self.capacity_Bps))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            u = self.link_bytes / (self.capacity_Bps * el)
+        return np.nan_to_num(u)
+
+    def check_all_done(self) -> None:
+        if not self.idle() or self._n_done != len(self._links):
+            raise AssertionError(f"{len(self._links) - self._n_done} flows did not complete")

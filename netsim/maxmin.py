@@ -1,0 +1,131 @@
+"""Max-min fair rate allocation (weighted, with optional per-flow caps).
+
+A flow f crosses links l with weights w[f, l] > 0: at rate r_f it consumes r_f * w[f, l] of link l's
+capacity (weight 2 = the flow crosses the link twice, as a lock-step ring channel whose two hops share
+a link). Rates are max-min fair: no flow can be given more without taking from a flow that is not
+faster. Computed with the heap-based bottleneck algorithm: repeatedly take the link with the smallest
+fair share (remaining capacity / sum of unfrozen weights), freeze its flows at that share, subtract
+them from every link they cross. Shares only grow as flows freeze, so the heap is lazy: a popped key
+lower than the link's current share is pushed back. A flow cap is a private one-flow link.
+
+Two implementations behind `maxmin_rates`: pure Python (always available, the reference) and numba
+(optional, same results to rounding). Input is CSR: flow f crosses links
+`flow_links[flow_ptr[f]:flow_ptr[f+1]]` with the matching `flow_w` entries.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+
+_INF = math.inf
+
+
+def maxmin_rates_python(capacity_Bps, flow_ptr, flow_links, flow_w, flow_cap_Bps=None) -> np.ndarray:
+    """Pure-Python heap-based max-min. Returns rates (bytes/s per unit weight) per flow.
+
+    A flow with no links and no cap gets +inf.
+    """
+    cap = capacity_Bps.tolist() if isinstance(capacity_Bps, np.ndarray) else list(capacity_Bps)
+    ptr = flow_ptr.tolist() if isinstance(flow_ptr, np.ndarray) else list(flow_ptr)
+    fl = flow_links.tolist() if isinstance(flow_links, np.ndarray) else list(flow_links)
+    fw = flow_w.tolist() if isinstance(flow_w, np.ndarray) else list(flow_w)
+    n_flows = len(ptr) - 1
+    n_links = len(cap)
+    fcap = None
+    if flow_cap_Bps is not None:
+        fcap = flow_cap_Bps.tolist() if isinstance(flow_cap_Bps, np.ndarray) else list(flow_cap_Bps)
+
+    wsum = [0.0] * n_links
+    link_flows: list[list[int] | None] = [None] * n_links
+    for f in range(n_flows):
+        for i in range(ptr[f], ptr[f + 1]):
+            link = fl[i]
+            wsum[link] += fw[i]
+            lf = link_flows[link]
+            if lf is None:
+                link_flows[link] = [f]
+            else:
+                lf.append(f)
+    rem = cap[:]
+    heap = [(rem[lk] / wsum[lk], lk) for lk in range(n_links) if wsum[lk] > 0.0]
+    if fcap is not None:
+        heap.extend((fcap[f], n_links + f) for f in range(n_flows) if fcap[f] < _INF)
+    heapq.heapify(heap)
+    rate = [_INF] * n_flows
+    frozen = [False] * n_flows
+    heappop, heappush = heapq.heappop, heapq.heappush
+    while heap:
+        share, lk = heappop(heap)
+        if lk >= n_links:  # private cap link of one flow
+            f = lk - n_links
+            if frozen[f]:
+                continue
+            members = (f,)
+        else:
+            w = wsum[lk]
+            if w <= 1e-12:
+                continue
+            cur = rem[lk] / w
+            if cur < 0.0:
+                cur = 0.0
+            if cur > share * (1.0 + 1e-12) + 1e-300:
+                heappush(heap, (cur, lk))
+                continue
+            share = cur
+            members = link_flows[lk]
+        for f in members:
+            if frozen[f]:
+                continue
+            frozen[f] = True
+            rate[f] = share
+            for i in range(ptr[f], ptr[f + 1]):
+                l2 = fl[i]
+                wi = fw[i]
+                rem[l2] -= share * wi
+                wsum[l2] -= wi
+    return np.asarray(rate, dtype=np.float64)
+
+
+_NUMBA_IMPL = None
+_NUMBA_TRIED = False
+
+
+def _build_numba():
+    from netsim import _maxmin_numba  # optional dependency, compiled (and cached on disk) on first use
+
+    return _maxmin_numba.maxmin
+
+
+def numba_available() -> bool:
+    global _NUMBA_IMPL, _NUMBA_TRIED  # noqa: PLW0603 - a lazily compiled kernel, not model state
+    if not _NUMBA_TRIED:
+        _NUMBA_TRIED = True
+        try:
+            _NUMBA_IMPL = _build_numba()
+        except Exception:  # numba missing or broken: the pure-Python path stays correct
+            _NUMBA_IMPL = None
+    return _NUMBA_IMPL is not None
+
+
+def maxmin_rates_numba(capacity_Bps, flow_ptr, flow_links, flow_w, flow_cap_Bps=None) -> np.ndarray:
+    if not numba_available():
+        raise RuntimeError("numba is not available")
+    n_flows = len(flow_ptr) - 1
+    fcap = (np.full(n_flows, np.inf) if flow_cap_Bps is None
+            else np.asarray(flow_cap_Bps, dtype=np.float64))
+    return _NUMBA_IMPL(np.asarray(capacity_Bps, dtype=np.float64), np.asarray(flow_ptr, dtype=np.int64),
+                       np.asarray(flow_links, dtype=np.int64), np.asarray(flow_w, dtype=np.float64), fcap)
+
+
+def maxmin_rates(capacity_Bps, flow_ptr, flow_links, flow_w, flow_cap_Bps=None,
+                 use_numba: bool | None = None) -> np.ndarray:
+    """Max-min fair rates. use_numba: True (require), False (pure Python), None (numba if present
+    and the problem is large enough to repay the call overhead)."""
+    if use_numba is None:
+        use_numba = len(flow_links) > 2000 and numba_available()
+    if use_numba:
+        return maxmin_rates_numba(capacity_Bps, flow_ptr, flow_links, flow_w, flow_cap_Bps)
+    return maxmin_rates_python(capacity_Bps, flow_ptr, flow_links, flow_w, flow_cap_Bps)

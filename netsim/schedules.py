@@ -1,0 +1,363 @@
+"""Collectives -> flow schedules the engine runs ("bundled" flows with dependencies).
+
+A FlowSpec is one engine flow. A *lock-step* flow spans several hops that progress together: a ring
+channel in steady state moves every chunk one hop per step, so all its hops advance at the rate of
+the slowest one; modelling the channel as one flow whose rate is shared by all its hops is the fluid
+limit of NCCL's pipelined ring (chunks of S / (channels x n) per step). Its latency is
+steps x (per-step alpha + hop propagation). The step-level p2p DAGs (every chunk transfer, used to
+verify semantics) are in netsim.dag; `dag_to_specs` runs them through the same engine.
+
+Group shape: GPUs are grouped by server in order of first appearance; inside a server by GPU id
+(= local index, NCCL's intra-node order).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from netsim.errors import NetsimError
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send", "recv")
+ALGORITHMS = ("auto", "ring", "tree", "nvls", "rhd", "direct", "pairwise", "hierarchical", "pxn", "p2p")
+
+APPLICABLE = {
+    "all_reduce": ("ring", "tree", "nvls", "rhd", "hierarchical"),
+    "all_gather": ("ring", "nvls", "rhd"),
+    "reduce_scatter": ("ring", "nvls", "rhd"),
+    "all_to_all": ("direct", "pairwise", "pxn"),
+    "broadcast": ("ring", "tree"),
+    "reduce": ("ring", "tree"),
+    "send": ("p2p",),
+    "recv": ("p2p",),
+}
+
+DIRECT_BUNDLE_ABOVE = 128   # direct all-to-all over more ranks: one lock-step flow per shift
+
+
+@dataclass
+class FlowSpec:
+    """hops: (src, dst) GPU pairs routed by topo, or ("up", gpu) / ("down", gpu) NVSwitch ports.
+    Each hop carries nbytes x weight; steps: latency steps; deps: indices of specs that must finish."""
+    hops: list
+    nbytes: float
+    steps: int = 1
+    deps: tuple[int, ...] = ()
+    weights: list[float] | None = None
+    nvls: bool = False
+    pxn: bool = False
+
+
+@dataclass
+class GroupShape:
+    gpus: tuple[int, ...]
+    servers: list[list[int]]            # GPU ids per server, NCCL order
+    domains: int                        # distinct NVLink domains
+    k_max: int = field(init=False)
+
+    def __post_init__(self):
+        self.k_max = max(len(s) for s in self.servers)
+
+    @property
+    def n(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def m(self) -> int:
+        return len(self.servers)
+
+    def ring_order(self, channel: int) -> list[int]:
+        return ring_order(self.servers, channel)
+
+
+def ring_order(servers: list[list[int]], channel: int) -> list[int]:
+    """Ring of channel c over servers (NCCL-like): even-numbered servers are walked forward from
+    local index c, odd ones backward from c - 1, so every server-to-server hop joins two GPUs of
+    the same local index (same rail: it stays under one rail switch) and channel c leaves servers
+    through different NICs than channel c + 1. With an odd number of servers the closing hop
+    changes rail."""
+    order: list[int] = []
+    for i, s in enumerate(servers):
+        k = len(s)
+        if i % 2 == 0:
+            r = channel % k
+            order.extend(s[r:] + s[:r])
+        else:
+            start = (channel - 1) % k
+            order.extend([s[(start - j) % k] for j in range(k)])
+    return order
+
+
+def group_shape(view, gpus) -> GroupShape:
+    by_server: dict[int, list[int]] = {}
+    for g in gpus:
+        by_server.setdefault(view.server_of(g), []).append(g)
+    servers = [sorted(v) for v in by_server.values()]
+    domains = len({view.domain_of(g) for g in gpus})
+    return GroupShape(tuple(gpus), servers, domains)
+
+
+def validate_request(view, op: str, gpus, size_bytes) -> None:
+    if op not in OPS:
+        raise NetsimError(f"unknown collective op {op!r} (known: {', '.join(OPS)})")
+    if len(gpus) == 0:
+        raise NetsimError(f"{op}: empty group")
+    view.check_gpus(gpus)
+    if len(set(gpus)) != len(gpus):
+        dup = next(g for g in gpus if list(gpus).count(g) > 1)
+        raise NetsimError(f"{op}: GPU {dup} appears twice in the group")
+    if not isinstance(size_bytes, int | float) or size_bytes < 0 or math.isnan(size_bytes):
+        raise NetsimError(f"{op}: size_bytes must be >= 0 (got {size_bytes})")
+    if op in ("send", "recv") and len(gpus) != 2:
+        raise NetsimError(f"{op}: group must be (src, dst), got {len(gpus)} GPUs")
+
+
+def check_algorithm(view, shape: GroupShape, op: str, algorithm: str) -> None:
+    if algorithm not in ALGORITHMS:
+        raise NetsimError(f"unknown algorithm {algorithm!r} (known: {', '.join(ALGORITHMS)})")
+    if algorithm == "auto":
+        return
+    if algorithm not in APPLICABLE[op]:
+        raise NetsimError(f"algorithm {algorithm!r} does not apply to {op} "
+                          f"(use one of: {', '.join(APPLICABLE[op])})")
+    if algorithm == "nvls":
+        from netsim.calibration import supports_nvls
+        if shape.domains > 1:
+            raise NetsimError("algorithm 'nvls' needs the whole group inside one NVLink domain "
+                              f"(group spans {shape.domains} domains)")
+        if not supports_nvls(view.gpu_type) or not view.switch_channels(shape.gpus[0])[0]:
+            raise NetsimError(f"algorithm 'nvls' needs NVSwitch with NVLink SHARP (gpu_type {view.gpu_type!r})")
+    if algorithm == "hierarchical" and len({len(s) for s in shape.servers}) > 1:
+        raise NetsimError("algorithm 'hierarchical' needs the same number of GPUs in every server")
+    if algorithm == "rhd" and op != "all_reduce" and shape.n & (shape.n - 1):
+        raise NetsimError(f"algorithm 'rhd' for {op} needs a power-of-two group (got {shape.n})")
+
+
+# ------------------------------------------------------------------------ builders
+def _ring_channels(shape: GroupShape) -> int:
+    return shape.k_max if shape.m > 1 else 1
+
+
+def ring_specs(shape: GroupShape, op: str, size: float) -> list[FlowSpec]:
+    n = shape.n
+    if n == 1:
+        return []
+    c_n = _ring_channels(shape)
+    specs = []
+    for c in range(c_n):
+        order = shape.ring_order(c)
+        if op in ("broadcast", "reduce"):
+            # chain from the root (group rank 0) along the ring; reduce flows toward the root
+            root = shape.gpus[0]
+            i0 = order.index(root)
+            chain = order[i0:] + order[:i0]
+            hops = list(zip(chain[:-1], chain[1:]))
+            if op == "reduce":
+                hops = [(b, a) for a, b in reversed(hops)]
+            specs.append(FlowSpec(hops, size / c_n, steps=n - 1))
+            continue
+        hops = list(zip(order, order[1:] + order[:1]))
+        if op == "all_reduce":
+            specs.append(FlowSpec(hops, 2 * (n - 1) / n * size / c_n, steps=2 * (n - 1)))
+        else:
+            specs.append(FlowSpec(hops, (n - 1) / n * size / c_n, steps=n - 1))
+    return specs
+
+
+def inorder_tree(m: int) -> list[int]:
+    """Parent per position of a balanced in-order binary tree over positions 0..m-1 (root: -1)."""
+    parent = [-1] * m
+
+    def build(lo: int, hi: int, par: int) -> None:
+        if lo >= hi:
+            return
+        mid = (lo + hi) // 2
+        parent[mid] = par
+        build(lo, mid, mid)
+        build(mid + 1, hi, mid)
+
+    build(0, m, -1)
+    return parent
+
+
+def tree_depth(parent: list[int]) -> int:
+    depth = 0
+    for i in range(len(parent)):
+        d, j = 0, i
+        while parent[j] >= 0:
+            j = parent[j]
+            d += 1
+        depth = max(depth, d)
+    return depth
+
+
+def double_trees(shape: GroupShape) -> list[tuple[list[int], list[int]]]:
+    """Two in-order binary trees over the ring order; the second over the order shifted by one, so
+    that (for even n) the leaves of one are interior nodes of the other. Returns (order, parent)."""
+    order = shape.ring_order(0)
+    n = len(order)
+    parent = inorder_tree(n)
+    shifted = order[1:] + order[:1]
+    return [(order, parent), (shifted, parent)]
+
+
+def heap_tree(n: int) -> list[int]:
+    return [-1] + [(i - 1) // 2 for i in range(1, n)]
+
+
+def tree_specs(shape: GroupShape, op: str, size: float) -> list[FlowSpec]:
+    n = shape.n
+    if n == 1:
+        return []
+    if op == "all_reduce":
+        specs = []
+        for order, parent in double_trees(shape):
+            up = [(order[i], order[p]) for i, p in enumerate(parent) if p >= 0]
+            down = [(b, a) for a, b in up]
+            specs.append(FlowSpec(up + down, size / 2, steps=2 * tree_depth(parent)))
+        return specs
+    order = shape.ring_order(0)
+    root = shape.gpus[0]
+    i0 = order.index(root)
+    order = order[i0:] + order[:i0]
+    parent = heap_tree(n)
+    edges = [(order[p], order[i]) for i, p in enumerate(parent) if p >= 0]
+    if op == "reduce":
+        edges = [(b, a) for a, b in edges]
+    return [FlowSpec(edges, size, steps=tree_depth(parent))]
+
+
+def nvls_specs(shape: GroupShape, op: str, size: float) -> list[FlowSpec]:
+    n = shape.n
+    if n == 1:
+        return []
+    g = list(shape.gpus)
+    if op == "all_reduce":
+        w_up, w_down, steps = 1 + 1 / n, 1.0, 2
+    elif op == "all_gather":
+        w_up, w_down, steps = 1 / n, (n - 1) / n, 1
+    else:  # reduce_scatter
+        w_up, w_down, steps = 1.0, 1 / n, 1
+    hops = [("up", x) for x in g] + [("down", x) for x in g]
+    weights = [w_up] * n + [w_down] * n
+    return [FlowSpec(hops, size, steps=steps, weights=weights, nvls=True)]
+
+
+def rhd_specs(shape: GroupShape, op: str, size: float) -> list[FlowSpec]:
+    order = shape.ring_order(0)
+    n = len(order)
+    if n == 1:
+        return []
+    p = 1 << (n.bit_length() - 1)
+    extra = n - p
+    specs: list[FlowSpec] = []
+    last_in: dict[int, int] = {}    # virtual rank -> spec index of its latest incoming flow
+    last_out: dict[int, int] = {}
+
+    def add(src_v: int, dst_v: int, nbytes: float, src_g: int, dst_g: int) -> int:
+        deps = tuple(sorted({d for d in (last_in.get(src_v), last_out.get(src_v)) if d is not None}))
+        specs.append(FlowSpec([(src_g, dst_g)], nbytes, steps=1, deps=deps))
+        return len(specs) - 1
+
+    if op == "all_reduce":
+        for e in range(extra):
+            idx = add(p + e, e, size, order[p + e], order[e])
+            last_out[p + e] = idx
+            pending_in = idx
+            last_in[e] = pending_in
+    do_rs = op in ("all_reduce", "reduce_scatter")
+    do_ag = op in ("all_reduce", "all_gather")
+    steps = p.bit_length() - 1
+    if do_rs:
+        frac = size / 2 if op != "all_gather" else 0
+        for k in range(steps):
+            d = p >> (k + 1)
+            new_in, new_out = {}, {}
+            for v in range(p):
+                idx = add(v, v ^ d, frac, order[v], order[v ^ d])
+                new_out[v] = idx
+                new_in[v ^ d] = idx
+            last_in.update(new_in)
+            last_out.update(new_out)
+            frac /= 2
+    if do_ag:
+        frac = size / p
+        for k in reversed(range(steps)):
+            d = p >> (k + 1)
+            new_in, new_out = {}, {}
+            for v in range(p):
+                idx = add(v, v ^ d, frac, order[v], order[v ^ d])
+                new_out[v] = idx
+                new_in[v ^ d] = idx
+            last_in.update(new_in)
+            last_out.update(new_out)
+            frac *= 2
+    if op == "all_reduce":
+        for e in range(extra):
+            add(e, p + e, size, order[e], order[p + e])
+    return specs
+
+
+def a2a_specs(shape: GroupShape, size: float, algorithm: str) -> list[FlowSpec]:
+    g = list(shape.gpus)
+    n = len(g)
+    if n == 1:
+        return []
+    per = size / n
+    pxn = algorithm == "pxn"
+    if algorithm == "pairwise":
+        specs = []
+        for k in range(1, n):
+            deps = (k - 2,) if k > 1 else ()
+            specs.append(FlowSpec([(g[i], g[(i + k) % n]) for i in range(n)], per, steps=1, deps=deps, pxn=pxn))
+        return specs
+    if n > DIRECT_BUNDLE_ABOVE:
+        return [FlowSpec([(g[i], g[(i + k) % n]) for i in range(n)], per, steps=1, pxn=pxn) for k in range(1, n)]
+    return [FlowSpec([(g[i], g[j])], per, steps=1, pxn=pxn) for i in range(n) for j in range(n) if i != j]
+
+
+def hierarchical_specs(shape: GroupShape, op: str, size: float) -> list[FlowSpec]:
+    k = shape.k_max
+    m = shape.m
+    specs: list[FlowSpec] = []
+    stage1 = []
+    if k > 1:
+        for s in shape.servers:
+            hops = list(zip(s, s[1:] + s[:1]))
+            specs.append(FlowSpec(hops, (k - 1) / k * size, steps=k - 1))
+            stage1.append(len(specs) - 1)
+    stage2 = []
+    if m > 1:
+        for j in range(k):
+            ring = [s[j] for s in shape.servers]
+            hops = list(zip(ring, ring[1:] + ring[:1]))
+            specs.append(FlowSpec(hops, 2 * (m - 1) / m * size / k, steps=2 * (m - 1), deps=tuple(stage1)))
+            stage2.append(len(specs) - 1)
+    if k > 1:
+        for s in shape.servers:
+            hops = list(zip(s, s[1:] + s[:1]))
+            specs.append(FlowSpec(hops, (k - 1) / k * size, steps=k - 1, deps=tuple(stage2 or stage1)))
+    return specs
+
+
+def p2p_specs(shape: GroupShape, size: float) -> list[FlowSpec]:
+    src, dst = shape.gpus
+    return [FlowSpec([(src, dst)], size, steps=1)]
+
+
+def build_specs(shape: GroupShape, op: str, algorithm: str, size: float) -> list[FlowSpec]:
+    if op in ("send", "recv"):
+        return p2p_specs(shape, size)
+    if op == "all_to_all":
+        return a2a_specs(shape, size, algorithm)
+    if algorithm == "ring":
+        return ring_specs(shape, op, size)
+    if algorithm == "tree":
+        return tree_specs(shape, op, size)
+    if algorithm == "nvls":
+        return nvls_specs(shape, op, size)
+    if algorithm == "rhd":
+        return rhd_specs(shape, op, size)
+    if algorithm == "hierarchical":
+        return hierarchical_specs(shape, op, size)
+    raise NetsimError(f"algorithm {algorithm!r} does not apply to {op}")

@@ -1,0 +1,1 @@
+"""Memory and cost analysis, parallel-strategy search, PerfLLM-style API."""

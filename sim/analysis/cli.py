@@ -1,0 +1,220 @@
+"""`clustersim memory | search` subcommands."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from sim.errors import SimError
+
+GiB = 1024 ** 3
+
+
+def register(subparsers) -> None:
+    """Add the analysis subcommands to the clustersim parser."""
+    m = subparsers.add_parser("memory", help="per-stage GPU memory of a plan: model states, activations, peak")
+    _model_args(m)
+    _plan_args(m)
+    m.add_argument("--gpu", default="H100", help="GPU name (compute_db table) or a system file (default H100)")
+    m.add_argument("--selective", default="attn",
+                   help="components selective recompute rematerialises: attn,mlp,norm (default attn)")
+    m.add_argument("--opwalk", action="store_true",
+                   help="activations from analysis's own op walk instead of the generated workload's saved_bytes")
+    m.add_argument("--json", metavar="PATH", help="also write the full report as JSON")
+    m.set_defaults(func=cmd_memory)
+
+    s = subparsers.add_parser("search", help="search parallel plans (TP/SP/PP/VPP/CP/EP/recompute/ZeRO) that fit")
+    _model_args(s)
+    s.add_argument("--world-size", type=int, required=True, help="number of GPUs")
+    s.add_argument("--gbs", type=int, required=True, help="global batch size (sequences)")
+    s.add_argument("--seq", type=int, default=None, help="sequence length (default: the model's)")
+    s.add_argument("--gpu", default="H100", help="GPU name or system file (default H100)")
+    s.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp8"))
+    for name, help_ in (("tp", "tensor-parallel sizes"), ("pp", "pipeline sizes"), ("vpp", "virtual chunks"),
+                        ("cp", "context-parallel sizes"), ("ep", "expert-parallel sizes"),
+                        ("etp", "expert-tensor-parallel sizes"), ("mbs", "micro-batch sizes")):
+        s.add_argument(f"--{name}", default=None, help=f"comma list of {help_} (default: automatic)")
+    s.add_argument("--sp", default="on,off", help="sequence parallel values: on,off (default both)")
+    s.add_argument("--recompute", default="none,selective,full", help="none,selective,full (default all)")
+    s.add_argument("--optimizer", default="none,distributed",
+                   help="none,distributed,zero1,zero2,zero3 (default none,distributed)")
+    s.add_argument("--gmi-error", type=float, default=6.0, help="GiB of device memory kept free (default 6)")
+    s.add_argument("--allocated", action="store_true",
+                   help="check allocated instead of reserved (allocator-inclusive) peak memory")
+    s.add_argument("--topology", default=None,
+                   help="topo template for collective estimates and flow confirmation (e.g. spectrum-x)")
+    s.add_argument("--top-k", type=int, default=3, help="plans to confirm with the flow backend (default 3)")
+    s.add_argument("--no-confirm", action="store_true", help="skip the flow-backend confirmation")
+    s.add_argument("--workers", type=int, default=1, help="local worker processes (under mpiexec: MPI ranks)")
+    s.add_argument("--out", default="search_out", help="output directory (default search_out)")
+    s.set_defaults(func=cmd_search)
+
+
+def _model_args(p) -> None:
+    p.add_argument("--model", required=True, help="zoo name (e.g. llama3-70b) or model file (HF/PerfLLM/YAML)")
+
+
+def _plan_args(p) -> None:
+    p.add_argument("--plan", default=None, help="plan file (YAML/JSON of ParallelPlan fields or PerfLLM strategy)")
+    p.add_argument("--world-size", type=int, default=None)
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--pp", type=int, default=1)
+    p.add_argument("--vpp", type=int, default=1)
+    p.add_argument("--cp", type=int, default=1)
+    p.add_argument("--ep", type=int, default=1)
+    p.add_argument("--etp", type=int, default=None)
+    p.add_argument("--sp", action="store_true", help="sequence parallel")
+    p.add_argument("--mbs", type=int, default=1)
+    p.add_argument("--gbs", type=int, default=None, help="global batch (sequences; default: world/(tp*cp*pp)*mbs)")
+    p.add_argument("--seq", type=int, default=None)
+    p.add_argument("--recompute", default="none", choices=("none", "selective", "full"))
+    p.add_argument("--recompute-layers", type=int, default=None)
+    p.add_argument("--dist-opt", action="store_true", help="Megatron distributed optimizer")
+    p.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="DeepSpeed ZeRO stage")
+    p.add_argument("--no-flash", action="store_true", help="unfused attention (keeps the s x s scores)")
+
+
+def _plan_from_args(args, model):
+    from workload_gen.config_io import load_plan
+    from workload_gen.plan import ParallelPlan
+    if args.plan:
+        return load_plan(args.plan)
+    world = args.world_size or args.tp * args.cp * args.pp
+    dp = max(1, world // (args.tp * args.cp * args.pp))
+    return ParallelPlan(world_size=world, tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, ep=args.ep,
+                        etp=args.etp, sequence_parallel=args.sp, micro_batch_size=args.mbs,
+                        global_batch_size=args.gbs or args.mbs * dp, seq_length=args.seq or model.seq_length,
+                        recompute=args.recompute, recompute_num_layers=args.recompute_layers,
+                        distributed_optimizer=args.dist_opt, zero_stage=args.zero,
+                        framework="deepspeed" if args.zero else "megatron", flash_attention=not args.no_flash)
+
+
+def _write_json(path: str, obj) -> None:
+    from sim.analysis.search import _atomic_write
+    _atomic_write(path, (json.dumps(obj, indent=1, default=str) + "\n").encode())
+
+
+def cmd_memory(args) -> int:
+    from sim.analysis.memory import MemoryOptions, analyze_memory
+    from sim.analysis.perfllm import load_model_any, load_system
+    from workload_gen.plan_validation import validate_plan
+    model = load_model_any(args.model)
+    plan = _plan_from_args(args, model)
+    validate_plan(model, plan)
+    hw, _ = load_system(args.gpu, plan.dtype)
+    sel = tuple(x.strip() for x in args.selective.split(",") if x.strip())
+    bad = [x for x in sel if x not in ("attn", "mlp", "norm")]
+    if bad:
+        raise SimError(f"--selective: unknown component {bad[0]!r} (use attn, mlp, norm)")
+    workload = None
+    if not args.opwalk:
+        try:
+            from workload_gen import generate
+            workload = generate(model, plan)
+        except ImportError:
+            pass  # the op walk follows the same accounting
+    rep = analyze_memory(model, plan, workload, options=MemoryOptions(selective=sel or ("attn",)))
+    print(f"{model.name}: tp={plan.tp} sp={plan.sequence_parallel} pp={plan.pp} vpp={plan.vpp} cp={plan.cp} "
+          f"ep={plan.ep} dp={plan.dp} mbs={plan.micro_batch_size} m={plan.num_microbatches} "
+          f"recompute={plan.recompute} flash={plan.flash_attention} dist_opt={plan.distributed_optimizer} "
+          f"zero={plan.zero_stage}   (GiB per GPU; activations from {rep.source})")
+    hdr = (f"{'stage':>5} {'weights':>8} {'grads':>8} {'optim':>8} {'act/mb':>8} {'inflight':>8} "
+           f"{'act_peak':>8} {'fwd_pk':>8} {'bwd_pk':>8} {'buffers':>8} {'peak':>8} {'reserved':>8}  peak path")
+    print(hdr)
+    for s in rep.stages:
+        ms = s.model_states
+        print(f"{s.stage:>5} {ms.weight_bytes / GiB:8.2f} {ms.grad_bytes / GiB:8.2f} {ms.optimizer_bytes / GiB:8.2f} "
+              f"{s.activation_per_microbatch_bytes / GiB:8.2f} {s.inflight_microbatches:8.2f} "
+              f"{s.peak_activation_bytes / GiB:8.2f} {s.fwd_peak_allocated_bytes / GiB:8.2f} "
+              f"{s.bwd_peak_allocated_bytes / GiB:8.2f} {sum(s.comm_buffer_bytes.values()) / GiB:8.2f} "
+              f"{s.peak_allocated_bytes / GiB:8.2f} {s.reserved_bytes / GiB:8.2f}  {s.peak_path}")
+    peak = rep.peak
+    fits = peak.reserved_bytes + rep.cuda_context_bytes <= hw.hbm_bytes
+    print(f"peak: {peak.reserved_bytes / GiB:.2f} GiB reserved ({peak.peak_allocated_bytes / GiB:.2f} GiB allocated) "
+          f"+ {rep.cuda_context_bytes / GiB:.2f} GiB CUDA context at {peak.peak_path}; "
+          f"{hw.name} has {hw.hbm_bytes / GiB:.2f} GiB -> {'fits' if fits else 'DOES NOT FIT'}")
+    if args.json:
+        _write_json(args.json, rep.to_dict())
+    return 0
+
+
+def _ints(text: str | None, flag: str):
+    if text is None:
+        return None
+    try:
+        vals = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise SimError(f"--{flag}: expected a comma list of integers (got {text!r})") from None
+    if not vals or any(v < 1 for v in vals):
+        raise SimError(f"--{flag}: expected positive integers (got {text!r})")
+    return vals
+
+
+def _words(text: str, flag: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    vals = tuple(x.strip() for x in text.split(",") if x.strip())
+    bad = [v for v in vals if v not in allowed]
+    if bad or not vals:
+        raise SimError(f"--{flag}: unknown value {bad[0] if bad else text!r} (use {', '.join(allowed)})")
+    return vals
+
+
+def cmd_search(args) -> int:
+    from sim.analysis.perfllm import load_model_any, load_system
+    from sim.analysis.search import (
+        SearchSpace,
+        plan_label,
+        search,
+        write_pareto_png,
+        write_ranked_csv,
+        write_rejections_csv,
+    )
+    model = load_model_any(args.model)
+    if args.world_size < 1 or args.gbs < 1:
+        raise SimError("--world-size and --gbs must be positive")
+    hw, extra = load_system(args.gpu, args.dtype)
+    sp = tuple({"on": True, "off": False}[v] for v in _words(args.sp, "sp", ("on", "off")))
+    etp = _ints(args.etp, "etp")
+    space = SearchSpace(tp=_ints(args.tp, "tp"), pp=_ints(args.pp, "pp"), vpp=_ints(args.vpp, "vpp"),
+                        cp=_ints(args.cp, "cp"), ep=_ints(args.ep, "ep"), etp=etp or (None,),
+                        sequence_parallel=sp, micro_batch_size=_ints(args.mbs, "mbs") or (1, 2, 4),
+                        recompute=_words(args.recompute, "recompute", ("none", "selective", "full")),
+                        optimizer=_words(args.optimizer, "optimizer",
+                                         ("none", "distributed", "zero1", "zero2", "zero3")))
+    topology = None
+    if args.topology:
+        import topo
+        topology = topo.build(args.topology, gpus=args.world_size)
+    res = search(model, args.world_size, args.gbs, gpu=extra.get("gpu", args.gpu), hw=hw, seq_length=args.seq,
+                 space=space, gmi_error_GiB=args.gmi_error, use_reserved_memory=not args.allocated,
+                 dtype=args.dtype, topology=topology, top_k=args.top_k, confirm=not args.no_confirm,
+                 workers=args.workers, progress=sys.stderr.isatty())
+    try:
+        from mpi4py import MPI  # noqa: F401 - only rank 0 writes under mpiexec
+        if "OMPI_COMM_WORLD_SIZE" in os.environ and MPI.COMM_WORLD.Get_rank() != 0:
+            return 0
+    except ImportError:
+        pass
+    os.makedirs(args.out, exist_ok=True)
+    write_ranked_csv(res, os.path.join(args.out, "ranked.csv"))
+    write_rejections_csv(res, os.path.join(args.out, "rejected_families.csv"))
+    write_pareto_png(res, os.path.join(args.out, "pareto.png"),
+                     title=f"{model.name} on {args.world_size} x {hw.name}, gbs {args.gbs}")
+    summary = {"model": model.name, "world_size": args.world_size, "global_batch_size": args.gbs,
+               "evaluated": res.evaluated, "feasible": len(res.ranked), "elapsed_s": res.elapsed_s,
+               "screen_method": res.screen_method, "confirm_method": res.confirm_method, "notes": res.notes,
+               "best": plan_label(res.best.plan) if res.best else None,
+               "rejected_families": res.rejected_families}
+    _write_json(os.path.join(args.out, "summary.json"), summary)
+    print(f"evaluated {res.evaluated} plans in {res.elapsed_s:.1f} s; {len(res.ranked)} fit "
+          f"({hw.hbm_bytes / GiB:.1f} GiB - {args.gmi_error:g} GiB headroom)")
+    for i, c in enumerate(res.ranked[:10], 1):
+        flow = "" if c.flow_iteration_time_s != c.flow_iteration_time_s else f" flow {c.flow_iteration_time_s:.3f} s"
+        print(f"{i:>3}. {plan_label(c.plan):<60} {c.iteration_time_s:8.3f} s  MFU {c.mfu_6nd_with_attn:6.1%}  "
+              f"peak {c.peak_mem_with_reserved_bytes / GiB:6.1f} GiB{flow}")
+    if not res.ranked:
+        print("no plan fits; see rejected_families.csv")
+    for n in res.notes:
+        print(f"note: {n}")
+    print(f"wrote {args.out}/ranked.csv, rejected_families.csv, pareto.png, summary.json")
+    return 0 if res.ranked else 1

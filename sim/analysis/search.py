@@ -1,0 +1,445 @@
+"""Parallel-strategy search: enumerate plans, prune by validity and memory, screen, confirm the best.
+
+Space: TP, SP, PP, VPP, CP, EP, expert-TP, micro-batch size, recompute policy (none / selective /
+full with a layer count) and optimizer sharding (none / Megatron distributed optimizer / DeepSpeed
+ZeRO 1-3). For each candidate, in order:
+1. `workload_gen.plan_validation.validate_plan` — divisibility and framework rules (reason kept);
+2. memory (`memory.analyze_memory`): peak (reserved or allocated) + `gmi_error_GiB` must fit the GPU;
+3. screening step time: `steptime.estimate_step` (analytical, milliseconds per plan; see that module);
+then the top K are re-timed with `sim.simulate(..., network="flow")` when sim and workload_gen.generate
+are importable. Candidates are split over MPI ranks under `mpiexec` (mpi4py) or local processes.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import math
+import os
+import tempfile
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from itertools import product
+
+from sim.analysis.cost import count_flops, utilisation
+from sim.analysis.memory import GiB, MemoryOptions, analyze_memory
+from sim.analysis.steptime import CommTimer, HardwareSpec, KernelTimer, estimate_step
+
+OPTIMIZERS = ("none", "distributed", "zero1", "zero2", "zero3")
+RECOMPUTES = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Values to try; None = automatic (all values that can divide the model/world)."""
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    vpp: tuple[int, ...] | None = None
+    cp: tuple[int, ...] | None = None
+    ep: tuple[int, ...] | None = None
+    etp: tuple[int | None, ...] = (None,)
+    sequence_parallel: tuple[bool, ...] = (True, False)
+    micro_batch_size: tuple[int, ...] = (1, 2, 4)
+    recompute: tuple[str, ...] = RECOMPUTES
+    full_recompute_fractions: tuple[float, ...] = (1.0, 0.5)   # of the layers per chunk
+    optimizer: tuple[str, ...] = ("none", "distributed")
+    max_tp: int = 8
+
+
+@dataclass
+class Candidate:
+    plan: object
+    feasible: bool
+    reason: str = ""
+    peak_mem_bytes: int = 0
+    peak_mem_with_reserved_bytes: int = 0
+    peak_path: str = ""
+    iteration_time_s: float = math.nan
+    mfu_6nd_with_attn: float = math.nan
+    hfu: float = math.nan
+    tokens_per_s_per_gpu: float = math.nan
+    exposed_comm_s: dict = field(default_factory=dict)
+    bubble_s: float = math.nan
+    flow_iteration_time_s: float = math.nan
+
+    @property
+    def family(self) -> str:
+        p = self.plan
+        return f"tp={p.tp} pp={p.pp} cp={p.cp}" + (f" ep={p.ep} etp={p.expert_tp}" if p.etp is not None else "")
+
+
+@dataclass
+class SearchResult:
+    candidates: list[Candidate]
+    ranked: list[Candidate]
+    rejected_families: dict[str, str]
+    evaluated: int
+    elapsed_s: float
+    screen_method: str
+    confirm_method: str = "none"
+    notes: list[str] = field(default_factory=list)
+    memory_budget_bytes: float = math.nan
+
+    @property
+    def best(self) -> Candidate | None:
+        return self.ranked[0] if self.ranked else None
+
+
+# ------------------------------------------------------------------------------------------------
+def _divisors(n: int, cap: int | None = None) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0 and (cap is None or d <= cap)]
+
+
+def _pow2_upto(n: int) -> list[int]:
+    out, v = [], 1
+    while v <= n:
+        out.append(v)
+        v *= 2
+    return out
+
+
+def enumerate_plans(model, world_size: int, global_batch_size: int, seq_length: int,
+                    space: SearchSpace = SearchSpace(), dtype: str = "bf16",
+                    flash_attention: bool = True) -> list:
+    """All ParallelPlans of the space whose sizes multiply out (no model rules checked here)."""
+    from workload_gen.plan import ParallelPlan
+    L = model.num_layers
+    heads = model.num_attention_heads
+    tps = space.tp or tuple(d for d in _pow2_upto(space.max_tp) if heads % d == 0)
+    pps = space.pp or tuple(d for d in _divisors(L) if world_size % d == 0 and d <= 32)
+    cps = space.cp or tuple(c for c in (1, 2, 4, 8) if seq_length % (2 * c) == 0 or c == 1)
+    moe = model.num_experts > 0
+    eps = space.ep or (tuple(e for e in _pow2_upto(min(model.num_experts, 256)) if model.num_experts % e == 0)
+                       if moe else (1,))
+    plans = []
+    for tp, cp, pp in product(tps, cps, pps):
+        if world_size % (tp * cp * pp):
+            continue
+        dp = world_size // (tp * cp * pp)
+        per_stage = L // pp
+        vpps = space.vpp or tuple(v for v in (1, 2, 3, 4, 5, 6, 8, 10) if per_stage % v == 0
+                                  and per_stage // v >= 1)
+        for ep, etp, mbs, vpp, sp, opt in product(eps, space.etp, space.micro_batch_size, vpps,
+                                                  space.sequence_parallel, space.optimizer):
+            if vpp > 1 and pp == 1:
+                continue
+            if sp and tp == 1:
+                continue
+            if not sp and tp > 1 and moe and ep > 1:
+                continue
+            if global_batch_size % (mbs * dp):
+                continue
+            etp_v = etp if etp is not None else (1 if moe else None)
+            if moe and (tp * cp * dp) % (ep * (etp_v or tp)):
+                continue
+            framework, dist, zero = "megatron", False, 0
+            if opt == "distributed":
+                dist = True
+            elif opt.startswith("zero"):
+                framework, zero = "deepspeed", int(opt[-1])
+                if vpp > 1 or cp > 1 or (pp > 1 and zero > 1):
+                    continue
+            for rc in space.recompute:
+                nums: tuple = (None,)
+                if rc == "full":
+                    chunk = per_stage // vpp
+                    nums = tuple(sorted({max(1, int(round(chunk * f))) for f in space.full_recompute_fractions},
+                                        reverse=True))
+                for n in nums:
+                    plans.append(ParallelPlan(
+                        world_size=world_size, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp_v, vpp=vpp,
+                        sequence_parallel=sp, framework=framework, distributed_optimizer=dist, zero_stage=zero,
+                        micro_batch_size=mbs, global_batch_size=global_batch_size, seq_length=seq_length,
+                        dtype=dtype, recompute=rc, recompute_num_layers=n, flash_attention=flash_attention or cp > 1))
+    return plans
+
+
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Ctx:
+    model: object
+    hw: HardwareSpec
+    gmi_error_GiB: float
+    use_reserved_memory: bool
+    mem_options: MemoryOptions
+    topology: object = None
+    db: object = None
+
+
+def evaluate(ctx: _Ctx, plan, timers_cache: dict | None = None) -> Candidate:
+    """Validate, memory-check and (if it fits) screen one plan."""
+    from workload_gen.errors import WorkloadError
+    from workload_gen.plan_validation import validate_plan
+    try:
+        validate_plan(ctx.model, plan)
+    except WorkloadError as exc:
+        return Candidate(plan, False, f"invalid: {exc}")
+    mem = analyze_memory(ctx.model, plan, options=ctx.mem_options)
+    peak = mem.peak
+    alloc, reserved = mem.peak_allocated_bytes, mem.peak_reserved_bytes
+    used = reserved if ctx.use_reserved_memory else alloc
+    budget = ctx.hw.hbm_bytes - ctx.gmi_error_GiB * GiB
+    c = Candidate(plan, True, "", alloc, reserved, str(peak.peak_path))
+    if used > budget:
+        c.feasible = False
+        c.reason = (f"memory: peak {used / GiB:.1f} GiB > {budget / GiB:.1f} GiB "
+                    f"({ctx.hw.hbm_bytes / GiB:.1f} GiB - gmi_error {ctx.gmi_error_GiB:g} GiB) at {peak.peak_path}")
+        return c
+    kt = None
+    if timers_cache is not None:
+        kt = timers_cache.get("kt")
+        if kt is None or kt.dtype != plan.dtype:
+            kt = timers_cache["kt"] = KernelTimer(ctx.hw, ctx.db, dtype=plan.dtype)
+    else:
+        kt = KernelTimer(ctx.hw, ctx.db, dtype=plan.dtype)
+    est = estimate_step(ctx.model, plan, ctx.hw, timers=(kt, CommTimer(ctx.hw, plan, ctx.topology)))
+    u = utilisation(count_flops(ctx.model, plan), est.iteration_time_s, plan.world_size, ctx.hw.peak_flops)
+    c.iteration_time_s = est.iteration_time_s
+    c.mfu_6nd_with_attn, c.hfu, c.tokens_per_s_per_gpu = u["mfu_6nd_with_attn"], u["hfu"], u["tokens_per_s_per_gpu"]
+    c.exposed_comm_s, c.bubble_s = dict(est.exposed_comm_s), est.bubble_s
+    return c
+
+
+def _evaluate_many(args) -> list[Candidate]:
+    ctx, plans = args
+    cache: dict = {}
+    return [evaluate(ctx, p, cache) for p in plans]
+
+
+def _mpi_comm():
+    if not any(k in os.environ for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK")):
+        return None
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return None
+    comm = MPI.COMM_WORLD
+    return comm if comm.Get_size() > 1 else None
+
+
+def search(model, world_size: int, global_batch_size: int, *, gpu: str = "H100", seq_length: int | None = None,
+           space: SearchSpace = SearchSpace(), gmi_error_GiB: float = 6.0, use_reserved_memory: bool = True,
+           dtype: str = "bf16", topology=None, hw: HardwareSpec | None = None, top_k: int = 3,
+           confirm: bool = True, workers: int = 1, mem_options: MemoryOptions | None = None,
+           progress: bool = False, max_candidates: int | None = None) -> SearchResult:
+    """Search the plan space for the fastest plan that fits (see module docstring)."""
+    from sim.analysis.steptime import hardware_from_gpu
+    t0 = time.perf_counter()
+    seq = seq_length or model.seq_length
+    hw = hw or hardware_from_gpu(gpu, dtype)
+    db = _open_db()
+    ctx = _Ctx(model, hw, gmi_error_GiB, use_reserved_memory, mem_options or MemoryOptions(), topology, db)
+    plans = enumerate_plans(model, world_size, global_batch_size, seq, space, dtype)
+    if max_candidates is not None:
+        plans = plans[:max_candidates]
+    comm = _mpi_comm()
+    if comm is not None:
+        rank, size = comm.Get_rank(), comm.Get_size()
+        mine = _evaluate_many((ctx, plans[rank::size]))
+        parts = comm.allgather(mine)
+        cands = [None] * len(plans)
+        for r, part in enumerate(parts):
+            for j, c in enumerate(part):
+                cands[r + j * size] = c
+    elif workers > 1 and len(plans) > 50:
+        from concurrent.futures import ProcessPoolExecutor
+        chunks = [plans[i::workers] for i in range(workers)]
+        with ProcessPoolExecutor(workers) as ex:
+            parts = list(ex.map(_evaluate_many, [(ctx, ch) for ch in chunks]))
+        cands = [None] * len(plans)
+        for r, part in enumerate(parts):
+            for j, c in enumerate(part):
+                cands[r + j * workers] = c
+    else:
+        it = plans
+        if progress:
+            try:
+                from tqdm import tqdm
+                it = tqdm(plans, desc="screening", unit="plan")
+            except ImportError:
+                pass
+        cache: dict = {}
+        cands = [evaluate(ctx, p, cache) for p in it]
+    ranked = sorted((c for c in cands if c.feasible), key=lambda c: (c.iteration_time_s, c.peak_mem_bytes))
+    result = SearchResult(cands, ranked, rejected_families(cands), len(cands), 0.0,
+                          "analysis.steptime analytical estimate (compute_db kernels when available, "
+                          "netsim analytical collectives when a topology is given)",
+                          memory_budget_bytes=hw.hbm_bytes - gmi_error_GiB * GiB)
+    if db is None:
+        result.notes.append("compute_db.open_db not importable: kernel times from the roofline fallback")
+    if confirm and ranked and top_k > 0:
+        _confirm(result, model, topology, gpu, top_k)
+    result.elapsed_s = time.perf_counter() - t0
+    return result
+
+
+def _open_db():
+    try:
+        from compute_db import open_db
+    except ImportError:
+        return None
+    try:
+        return open_db()
+    except Exception:  # noqa: BLE001 - no shipped DB yet: roofline fallback
+        return None
+
+
+def _confirm(result: SearchResult, model, topology, gpu: str, top_k: int) -> None:
+    """Re-time the top-K plans with the flow backend of the event-driven simulator."""
+    try:
+        from sim import simulate
+        from workload_gen import generate
+    except ImportError:
+        result.notes.append("top plans not confirmed: sim.simulate / workload_gen.generate not importable yet")
+        return
+    if topology is None:
+        result.notes.append("top plans not confirmed: no topology given (use --topology)")
+        return
+    for c in result.ranked[:top_k]:
+        try:
+            rep = simulate(generate(model, c.plan), topology, gpu=gpu, network="flow")
+            c.flow_iteration_time_s = float(rep.iteration_time_s)
+        except Exception as exc:  # noqa: BLE001 - recorded, the screening result stands
+            result.notes.append(f"flow confirmation failed for {plan_label(c.plan)}: {exc}")
+    result.confirm_method = "sim.simulate(network='flow')"
+    top = result.ranked[:top_k]
+    if all(not math.isnan(c.flow_iteration_time_s) for c in top):
+        top.sort(key=lambda c: c.flow_iteration_time_s)
+        result.ranked[:top_k] = top
+
+
+def rejected_families(cands: list[Candidate]) -> dict[str, str]:
+    """Families (tp, pp, cp, ep, etp) with no feasible plan -> why (most common reason, closest miss)."""
+    by: dict[str, list[Candidate]] = defaultdict(list)
+    for c in cands:
+        by[c.family].append(c)
+    out = {}
+    for fam, cs in by.items():
+        if any(c.feasible for c in cs):
+            continue
+        mem = [c for c in cs if c.reason.startswith("memory")]
+        kinds = Counter(c.reason.split(":", 1)[0] for c in cs)
+        if mem:
+            closest = min(mem, key=lambda c: c.peak_mem_with_reserved_bytes)
+            out[fam] = (f"{len(mem)}/{len(cs)} plans over memory; closest: {plan_label(closest.plan)} "
+                        f"{closest.reason}")
+        else:
+            reasons = Counter(c.reason for c in cs).most_common(1)[0][0]
+            out[fam] = f"{kinds['invalid']}/{len(cs)} plans invalid; e.g. {reasons}"
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+def plan_label(p) -> str:
+    opt = "distopt" if p.distributed_optimizer else (f"zero{p.zero_stage}" if p.zero_stage else "noshard")
+    rc = p.recompute + (f"{p.recompute_num_layers}" if p.recompute == "full" and p.recompute_num_layers else "")
+    moe = f"-ep{p.ep}-etp{p.expert_tp}" if p.etp is not None else ""
+    return (f"tp{p.tp}{'+sp' if p.sequence_parallel else ''}-pp{p.pp}-vpp{p.vpp}-cp{p.cp}{moe}"
+            f"-dp{p.dp}-mbs{p.micro_batch_size}-{rc}-{opt}")
+
+
+CSV_FIELDS = ("rank", "plan", "tp", "sequence_parallel", "pp", "vpp", "cp", "ep", "etp", "dp", "micro_batch_size",
+              "num_microbatches", "recompute", "recompute_num_layers", "framework", "distributed_optimizer",
+              "zero_stage", "iteration_time_s", "flow_iteration_time_s", "mfu_6nd_with_attn", "hfu",
+              "tokens_per_s_per_gpu", "bubble_s", "exposed_tp_s", "exposed_cp_s", "exposed_ep_s",
+              "exposed_dp_s", "exposed_pp_s", "peak_mem_bytes", "peak_mem_with_reserved_bytes", "peak_path")
+
+
+def _row(i: int, c: Candidate) -> dict:
+    p = c.plan
+    e = c.exposed_comm_s
+    return {"rank": i, "plan": plan_label(p), "tp": p.tp, "sequence_parallel": p.sequence_parallel, "pp": p.pp,
+            "vpp": p.vpp, "cp": p.cp, "ep": p.ep, "etp": p.expert_tp, "dp": p.dp,
+            "micro_batch_size": p.micro_batch_size, "num_microbatches": p.num_microbatches,
+            "recompute": p.recompute, "recompute_num_layers": p.recompute_num_layers or "",
+            "framework": p.framework, "distributed_optimizer": p.distributed_optimizer,
+            "zero_stage": p.zero_stage, "iteration_time_s": f"{c.iteration_time_s:.6g}",
+            "flow_iteration_time_s": "" if math.isnan(c.flow_iteration_time_s) else f"{c.flow_iteration_time_s:.6g}",
+            "mfu_6nd_with_attn": f"{c.mfu_6nd_with_attn:.4f}", "hfu": f"{c.hfu:.4f}",
+            "tokens_per_s_per_gpu": f"{c.tokens_per_s_per_gpu:.2f}", "bubble_s": f"{c.bubble_s:.6g}",
+            **{f"exposed_{k.lower()}_s": f"{e.get(k, 0.0):.6g}" for k in ("TP", "CP", "EP", "DP", "PP")},
+            "peak_mem_bytes": c.peak_mem_bytes, "peak_mem_with_reserved_bytes": c.peak_mem_with_reserved_bytes,
+            "peak_path": c.peak_path}
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    d = os.path.dirname(os.path.abspath(path)) or "."
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp_", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_ranked_csv(result: SearchResult, path: str) -> None:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+    w.writeheader()
+    for i, c in enumerate(result.ranked, 1):
+        w.writerow(_row(i, c))
+    _atomic_write(path, buf.getvalue().encode())
+
+
+def write_rejections_csv(result: SearchResult, path: str) -> None:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(("family", "reason"))
+    for fam in sorted(result.rejected_families):
+        w.writerow((fam, result.rejected_families[fam]))
+    _atomic_write(path, buf.getvalue().encode())
+
+
+def pareto_front(cands: list[Candidate]) -> list[Candidate]:
+    """Feasible plans not beaten on both step time and peak memory (sorted by memory)."""
+    pts = sorted((c for c in cands if c.feasible), key=lambda c: (c.peak_mem_with_reserved_bytes, c.iteration_time_s))
+    front, best_t = [], math.inf
+    for c in pts:
+        if c.iteration_time_s < best_t:
+            front.append(c)
+            best_t = c.iteration_time_s
+    return front
+
+
+def write_pareto_png(result: SearchResult, path: str, title: str = "") -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    feas = [c for c in result.candidates if c.feasible]
+    front = pareto_front(result.candidates)
+    fig, ax = plt.subplots(figsize=(8, 5.5), dpi=110)
+    ax.scatter([c.peak_mem_with_reserved_bytes / GiB for c in feas], [c.iteration_time_s for c in feas],
+               s=8, alpha=0.35, color="tab:blue", label=f"feasible plans ({len(feas)})")
+    ax.plot([c.peak_mem_with_reserved_bytes / GiB for c in front], [c.iteration_time_s for c in front],
+            "-o", color="tab:red", ms=4, label=f"Pareto front ({len(front)})")
+    if result.best is not None:
+        b = result.best
+        ax.scatter([b.peak_mem_with_reserved_bytes / GiB], [b.iteration_time_s], marker="*", s=200,
+                   color="gold", edgecolor="k", zorder=5, label=f"best: {plan_label(b.plan)}")
+    if not math.isnan(result.memory_budget_bytes):
+        ax.axvline(result.memory_budget_bytes / GiB, color="grey", ls="--", lw=1,
+                   label=f"memory budget {result.memory_budget_bytes / GiB:.1f} GiB")
+    ax.set_xlabel("peak memory per GPU incl. allocator reserve (GiB)")
+    ax.set_ylabel("iteration time (s, analytical screen)")
+    ax.set_title(title or "step time vs peak memory")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper center")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    _atomic_write(path, buf.getvalue())
+
+
+def candidate_dict(c: Candidate) -> dict:
+    d = {k: v for k, v in _row(0, c).items() if k != "rank"}
+    d["feasible"] = c.feasible
+    d["reason"] = c.reason
+    d["plan_fields"] = dataclasses.asdict(c.plan)
+    return d

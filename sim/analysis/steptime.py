@@ -1,0 +1,314 @@
+"""Fast analytical step-time estimate for screening many plans (milliseconds per plan).
+
+Built from the same kernels as the simulator — the op walk's kernels (`opwalk.py`, the shapes
+workload_gen emits) timed by compute_db (`ComputeDB.lookup_many`) when a database is importable, else
+by a roofline with size-dependent GEMM efficiency — and from collective times of netsim's analytical
+backend (`estimate`) when a topology is given, else an alpha-beta model on the GPU's NVLink/NIC rates.
+Assembly (per micro-batch, bottleneck stage):
+- a layer's forward = its kernels + its blocking TP/EP collectives; CP K/V exchange hides behind the
+  attention kernel; backward = dgrad + wgrad + backward kernels + mirrored collectives + recompute;
+- iteration = (m + (p − 1)/v) × (fwd + bwd of the slowest stage) + exposed pipeline p2p
+  + exposed DP gradient reduction (what does not hide behind the last micro-batch's backward)
+  + exposed parameter all-gather (distributed optimizer; hides behind the first forward) + optimizer step.
+Ignored (the event-driven simulator models them): contention between groups, stream-level overlap
+details, per-stage imbalance beyond the slowest stage. Confirm the best plans with `sim.simulate`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from sim.analysis.opwalk import (
+    WalkOp,
+    embedding_walk,
+    is_moe_layer,
+    layer_walk,
+    model_dims,
+    output_walk,
+    recompute_group,
+)
+from sim.analysis.stagefacts import layer_assignment, rank_params
+
+LAUNCH_S = 4e-6            # per-kernel launch/tail overhead on the compute stream
+GEMM_PEAK_EFF = 0.78       # large-GEMM efficiency (H100 measured 70–85% of dense peak, hardware.md)
+HBM_EFF = 0.80             # achievable fraction of HBM bandwidth for memory-bound kernels
+NVLINK_EFF = 370 / 450     # NCCL busbw / NVLink4 line rate (hardware.md)
+NIC_EFF = 46 / 50          # NCCL busbw / NDR line rate (hardware.md)
+ALPHA_INTRA_S = 8e-6
+ALPHA_INTER_S = 20e-6
+
+
+@dataclass
+class HardwareSpec:
+    """What the estimate needs of a GPU and its fabric (SI units)."""
+    name: str
+    peak_flops: float              # dense FLOP/s of the training dtype
+    hbm_Bps: float
+    hbm_bytes: float
+    nvlink_Bps: float              # per GPU, one direction
+    nic_Bps: float                 # per GPU, one direction
+    gpus_per_server: int = 8
+    gemm_efficiency: float = GEMM_PEAK_EFF
+    attn_efficiency: float = 0.6   # flash attention fraction of peak
+    nvlink_efficiency: float = NVLINK_EFF
+    nic_efficiency: float = NIC_EFF
+    intra_latency_s: float = ALPHA_INTRA_S
+    inter_latency_s: float = ALPHA_INTER_S
+
+
+def hardware_from_gpu(gpu: str, dtype: str = "bf16", gpus_per_server: int = 8) -> HardwareSpec:
+    from compute_db.gpus import get_gpu
+    g = get_gpu(gpu)
+    return HardwareSpec(g.name, float(g.peak_flops.get(dtype, g.peak_flops["bf16"])), float(g.hbm_Bps),
+                        float(g.hbm_bytes), float(g.nvlink_Bps), float(g.nic_Bps), gpus_per_server)
+
+
+@dataclass
+class StepEstimate:
+    iteration_time_s: float
+    compute_s: float
+    recompute_s: float
+    exposed_comm_s: dict[str, float]
+    bubble_s: float
+    optimizer_s: float
+    chunk_time_s: float               # fwd + bwd of one micro-batch on the slowest stage
+    stage_fwd_s: list[float] = field(default_factory=list)
+    stage_bwd_s: list[float] = field(default_factory=list)
+    method: str = "analytical estimate (analysis.steptime)"
+
+
+# ------------------------------------------------------------------------------------------------
+class KernelTimer:
+    """Seconds per kernel: compute_db when available, else roofline. Cached by (kind, shape, variant)."""
+
+    def __init__(self, hw: HardwareSpec, db=None, gpu_name: str | None = None, dtype: str = "bf16"):
+        self.hw, self.db, self.gpu, self.dtype = hw, db, gpu_name or hw.name, dtype
+        self._cache: dict[tuple, float] = {}
+
+    def _roofline(self, op: WalkOp, variant: str) -> float:
+        hw = self.hw
+        flops, nbytes = op.flops, op.bytes
+        if variant == "bwd":
+            flops, nbytes = flops * op.bwd_factor, nbytes * op.bwd_factor
+        if op.kind in ("gemm", "grouped_gemm", "attn_bmm"):
+            dims = dict(op.shape)
+            m, n, k = dims.get("m", 1), dims.get("n", 1), dims.get("k", 1)
+            # efficiency falls for skinny/small GEMMs: saturating in the smallest dimension
+            small = min(m, n, k)
+            eff = hw.gemm_efficiency * min(1.0, (small / 1024.0) ** 0.25) * (0.9 if op.kind == "attn_bmm" else 1.0)
+            tc = flops / (hw.peak_flops * max(0.05, eff))
+        elif op.kind == "flash_attn":
+            tc = flops * (0.5 if op.causal else 1.0) / (hw.peak_flops * hw.attn_efficiency)
+        else:
+            tc = 0.0
+        return max(tc, nbytes / (hw.hbm_Bps * HBM_EFF)) + LAUNCH_S
+
+    def time(self, op: WalkOp, variant: str = "fwd") -> float:
+        key = (op.kind, op.shape, variant, op.causal)
+        t = self._cache.get(key)
+        if t is None:
+            t = self._lookup(op, variant)
+            self._cache[key] = t
+        return t
+
+    def _lookup(self, op: WalkOp, variant: str) -> float:
+        if self.db is not None:
+            try:
+                from workload_gen.workload import ComputeOp
+                flops = op.flops if variant in ("fwd", "dgrad", "wgrad") else op.flops * op.bwd_factor
+                co = ComputeOp(op.name, op.kind, op.shape, self.dtype, flops, op.bytes, variant=variant,
+                               causal=op.causal)
+                return float(self.db.lookup(co, self.gpu).time_s)
+            except Exception:  # noqa: BLE001 - any DB miss/shape issue falls back to the roofline
+                pass
+        if op.kind in ("gemm", "grouped_gemm") and variant in ("dgrad", "wgrad"):
+            return self._roofline(op, "fwd")
+        return self._roofline(op, variant)
+
+    def fwd(self, op: WalkOp) -> float:
+        return self.time(op, "fwd")
+
+    def bwd(self, op: WalkOp) -> float:
+        if op.kind in ("gemm", "grouped_gemm"):
+            return self.time(op, "dgrad") + self.time(op, "wgrad")
+        return self.time(op, "bwd")
+
+
+# ------------------------------------------------------------------------------------------------
+def group_ranks(plan, kind: str) -> tuple[int, ...]:
+    """Global ranks of the group of `kind` containing rank 0 (Megatron order tp-cp-(ep)-dp-pp)."""
+    tp, cp, dp, pp = plan.tp, plan.cp, plan.dp, plan.pp
+    etp, ep = plan.expert_tp, plan.ep
+    spec = {"tp": (tp, 1), "cp": (cp, tp), "dp": (dp, tp * cp), "dp_cp": (dp * cp, tp),
+            "pp": (pp, tp * cp * dp), "etp": (etp, 1), "ep": (ep, etp), "edp": (plan.edp, etp * ep),
+            "embedding": (2, tp * cp * dp * (pp - 1) if pp > 1 else 1)}
+    n, stride = spec.get(kind, (1, 1))
+    return tuple(i * stride for i in range(max(1, n)))
+
+
+class CommTimer:
+    """Seconds for a collective of one group kind: netsim analytical backend or alpha-beta fallback."""
+
+    def __init__(self, hw: HardwareSpec, plan, topology=None):
+        self.hw, self.plan, self.topology = hw, plan, topology
+        self._backend = None
+        self._req = None
+        if topology is not None:
+            try:
+                from netsim import CollectiveRequest, make_backend
+                self._backend = make_backend("analytical", topology)
+                self._req = CollectiveRequest
+            except (ImportError, AttributeError):
+                self._backend = None
+        self._cache: dict[tuple, float] = {}
+
+    def time(self, collective: str, kind: str, size_bytes: float) -> float:
+        if size_bytes <= 0 or collective == "none":
+            return 0.0
+        ranks = group_ranks(self.plan, kind)
+        if len(ranks) <= 1 and collective != "send":
+            return 0.0
+        key = (collective, kind, int(size_bytes))
+        t = self._cache.get(key)
+        if t is None:
+            t = self._estimate(collective, ranks, size_bytes)
+            self._cache[key] = t
+        return t
+
+    def _estimate(self, collective: str, ranks: tuple[int, ...], size: float) -> float:
+        if collective == "send" and len(ranks) < 2:
+            ranks = (0, self.plan.tp * self.plan.cp * self.plan.dp)
+        if self._backend is not None:
+            try:
+                gpus = ranks[:2] if collective == "send" else ranks
+                return float(self._backend.estimate(self._req(collective, tuple(gpus), int(size))))
+            except Exception:  # noqa: BLE001 - fall back to alpha-beta on any backend refusal
+                pass
+        hw = self.hw
+        n = len(ranks)
+        span = (max(ranks) // hw.gpus_per_server) - (min(ranks) // hw.gpus_per_server)
+        intra = span == 0 and hw.nvlink_Bps > 0
+        bw = hw.nvlink_Bps * hw.nvlink_efficiency if intra else hw.nic_Bps * hw.nic_efficiency
+        alpha = hw.intra_latency_s if intra else hw.inter_latency_s
+        if collective == "all_reduce":
+            factor = 2.0 * (n - 1) / n
+            alpha *= 2 * math.log2(max(2, n)) if not intra else 2
+        elif collective in ("all_gather", "reduce_scatter", "all_to_all"):
+            factor = (n - 1) / n
+        else:
+            factor = 1.0
+        return alpha + size * factor / max(1.0, bw)
+
+
+# ------------------------------------------------------------------------------------------------
+def estimate_step(model, plan, hw: HardwareSpec, *, db=None, topology=None, selective=("attn",),
+                  timers: tuple[KernelTimer, CommTimer] | None = None) -> StepEstimate:
+    """Analytical iteration time of `plan` (see module docstring)."""
+    kt, ct = timers if timers is not None else (KernelTimer(hw, db, dtype=plan.dtype), CommTimer(hw, plan, topology))
+    D = model_dims(model, plan)
+    assign = layer_assignment(model, plan)
+    pp, vpp, m = plan.pp, max(1, plan.vpp), max(1, plan.num_microbatches)
+    rec_groups = set(selective) if plan.recompute == "selective" else set()
+
+    layer_cache: dict[bool, tuple[float, float, float, float, dict[str, float], dict[str, float]]] = {}
+
+    def layer_times(layer: int):
+        key = is_moe_layer(model, layer)
+        if key in layer_cache:
+            return layer_cache[key]
+        w = layer_walk(model, plan, layer, D)
+        f = sum(kt.fwd(o) for o in w.ops)
+        b = sum(kt.bwd(o) for o in w.ops)
+        attn_t = sum(kt.fwd(o) for o in w.ops if o.kind in ("flash_attn", "attn_bmm", "softmax"))
+        comm_f: dict[str, float] = {}
+        for c in w.comms:
+            t = ct.time(c.collective, c.group, c.size_bytes)
+            if c.overlappable_s_with:
+                t = max(0.0, t - attn_t)
+            grp = {"tp": "TP", "etp": "TP", "cp": "CP", "ep": "EP"}.get(c.group, "TP")
+            if grp == "TP" and plan.tp_comm_overlap:
+                t *= 0.2   # TP comm overlap hides most of it behind the GEMMs
+            comm_f[grp] = comm_f.get(grp, 0.0) + t
+        sel = sum(kt.fwd(o) for o in w.ops if recompute_group(o) in rec_groups) if rec_groups else 0.0
+        # full recompute re-runs the forward including its collectives
+        full_t = f + sum(comm_f.values())
+        layer_cache[key] = (f, b, sel, full_t, comm_f, dict(comm_f))
+        return layer_cache[key]
+
+    emb_f = sum(kt.fwd(o) for o in embedding_walk(model, plan, D))
+    emb_b = sum(kt.bwd(o) for o in embedding_walk(model, plan, D))
+    out_ops = output_walk(model, plan, D)
+    out_f = sum(kt.fwd(o) for o in out_ops)
+    out_b = sum(kt.bwd(o) for o in out_ops)
+    if plan.tp > 1:
+        out_f += ct.time("all_reduce", "tp", 4 * D.T * 3)   # vocab-parallel CE max/sum reductions
+
+    stage_f, stage_b, stage_comp, stage_rec = [], [], [], []
+    comm_stage: list[dict[str, float]] = []
+    for stage in range(pp):
+        f = b = comp = rec = 0.0
+        comm: dict[str, float] = {}
+        for ci, chunk in enumerate(assign[stage]):
+            nfull = 0
+            if plan.recompute == "full":
+                nfull = len(chunk) if plan.recompute_num_layers is None else min(plan.recompute_num_layers, len(chunk))
+            for li, layer in enumerate(chunk):
+                lf, lb, sel, full_t, comm_f, _ = layer_times(layer)
+                lc = sum(comm_f.values())
+                f += lf + lc
+                r = full_t if li < nfull else sel
+                b += lb + lc + r
+                comp += lf + lb
+                rec += r
+                for k, v in comm_f.items():
+                    comm[k] = comm.get(k, 0.0) + 2 * v
+            if stage == 0 and ci == 0:
+                f, b, comp = f + emb_f, b + emb_b, comp + emb_f + emb_b
+            if stage == pp - 1 and ci == len(assign[stage]) - 1:
+                f, b, comp = f + out_f, b + out_b, comp + out_f + out_b
+        stage_f.append(f)
+        stage_b.append(b)
+        stage_comp.append(comp)
+        stage_rec.append(rec)
+        comm_stage.append(comm)
+    slow = max(range(pp), key=lambda i: stage_f[i] + stage_b[i])
+    chunk_s = stage_f[slow] + stage_b[slow]
+    bubble = (pp - 1) / vpp * chunk_s
+    exposed = {"TP": 0.0, "CP": 0.0, "EP": 0.0, "DP": 0.0, "PP": 0.0}
+    for k, v in comm_stage[slow].items():
+        exposed[k] = exposed.get(k, 0.0) + v * m
+    if pp > 1:
+        p2p = ct.time("send", "pp", 2 * (D.T // D.tsp) * D.h)
+        exposed["PP"] = 2 * p2p * (m + pp - 1)
+
+    # data-parallel gradient reduction and parameter gather (bucketed, overlapped)
+    rp = rank_params(model, plan, slow, tuple(x for c in assign[slow] for x in c))
+    buckets = max(1, math.ceil(rp.dense / max(1, plan.grad_bucket_elements)))
+    dist = plan.distributed_optimizer or plan.zero_stage >= 1
+    dp_t = 0.0
+    for n_params, kind in ((rp.dense, "dp_cp"), (rp.expert, "edp")):
+        if n_params <= 0:
+            continue
+        if dist:
+            t_red = ct.time("reduce_scatter", kind, 4 * n_params)
+            t_ag = ct.time("all_gather", kind, 2 * n_params)
+            exposed_ag = max(t_ag / buckets, t_ag - stage_f[slow])
+        else:
+            t_red = ct.time("all_reduce", kind, 4 * n_params)
+            exposed_ag = 0.0
+        window = stage_b[slow] / vpp
+        dp_t += max(t_red / buckets, t_red - window) + exposed_ag
+        if plan.zero_stage >= 3:
+            # ZeRO-3 gathers weights before every forward and backward of every micro-batch
+            t3 = ct.time("all_gather", kind, 2 * n_params)
+            dp_t += m * max(0.0, 2 * t3 - (stage_f[slow] + stage_b[slow]))
+    if pp > 1 and model.tie_embeddings:
+        dp_t += ct.time("all_reduce", "embedding", 4 * D.vocab // plan.tp * D.h)
+    exposed["DP"] = dp_t
+    shard = (rp.dense / (plan.dp * plan.cp) + rp.expert / max(1, plan.edp)) if dist else rp.total
+    optimizer_s = shard * 32.0 / (hw.hbm_Bps * HBM_EFF) + LAUNCH_S * 20
+    compute_s = m * stage_comp[slow]
+    it = (m + (pp - 1) / vpp) * chunk_s + exposed["PP"] + exposed["DP"] + optimizer_s
+    return StepEstimate(it, compute_s, m * stage_rec[slow], exposed, bubble, optimizer_s, chunk_s,
+                        stage_f, stage_b)

@@ -1,0 +1,625 @@
+"""Event-driven executor of one training iteration.
+
+Model (what is simulated):
+- One representative rank per pipeline stage executes the stage's program (all ranks of a stage run
+  the same program and are assumed to stay in lock-step: a collective of a stage completes when the
+  collectives of ALL its submitted groups have completed, i.e. the slowest group sets the pace).
+- Each representative rank has one compute stream and one communication stream per group kind
+  (NCCL orders the operations of one communicator on one stream): operations of one kind run in
+  issue order, different kinds run concurrently and contend on the network backend.
+- A blocking CommOp stalls the compute stream until it completes. A non-blocking one runs on its
+  stream; the op named by `wait_op` (same list) waits for it; with wait_op None it is waited at the
+  end of its list, except gradient-reduction ops of the last micro-batch (microbatch == "last"), which
+  are waited only before the iteration_end ops (Megatron's finish_grad_sync before the optimizer).
+- Pipeline: tasks follow sim.schedule; after a forward (backward) of virtual stage k the activation
+  (gradient) is sent as point-to-point flows from every rank of the stage to its pipeline peer; the
+  consumer task starts when its data has arrived. Sends are asynchronous for the sender (two streams,
+  towards the next and the previous stage).
+- Cross-stage collectives ("mp", "embedding") start when every participating stage has reached them.
+
+Which groups are submitted to the network (symmetry, documented in docs/sim.md):
+- sampling "full": every group of the kind in the stage (every GPU's flows are present).
+- sampling "auto" (default): a kind whose groups each lie inside one NVLink domain is submitted only
+  for the representative's group. Such groups use only their own GPUs' NVLink/NVSwitch links, so they
+  are pairwise link-disjoint and have identical programs; the representative's group still contends
+  with every other kind's flows crossing its links. Other kinds' flows crossing the links of the
+  omitted groups see those links unloaded; with per-step synchronised collectives the loaded copy (at
+  the representative) sets the step time, so stage timing is unchanged. Groups that leave an NVLink
+  domain (the fabric) are always submitted for every group of the stage.
+
+Time accounting of each representative rank (sums to the iteration time exactly):
+compute + exposed comm per report group (TP, CP, EP, DP, PP) + bubble. Waiting for pipeline data is
+split: the part during which the data was in flight is exposed PP, the rest (and idle time before the
+first and after the last op) is bubble.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from netsim.api import CollectiveRequest
+from sim.errors import SimError
+from sim.schedule import stage_tasks
+from workload_gen.workload import REPORT_GROUP
+
+REPORT_KEYS = ("TP", "CP", "EP", "DP", "PP")
+_CROSS_STAGE = ("mp", "embedding")
+_DP_KINDS = ("dp", "dp_cp", "edp", "embedding", "mp")
+
+
+def report_group(kind: str) -> str:
+    return REPORT_GROUP.get(kind, "DP")
+
+
+def column_of(op) -> str:
+    """SimAI EndToEnd column of an op: 'fwd', 'ig' (input grad) or 'wg' (weight grad / DP)."""
+    if op.is_comm:
+        if op.group in _DP_KINDS and op.phase != "fwd":
+            return "wg"
+        return "fwd" if op.phase in ("fwd", "iteration_start") else "ig"
+    if op.variant == "wgrad" or op.phase == "iteration_end" or op.kind == "optimizer":
+        return "wg"
+    return "fwd" if op.phase in ("fwd", "iteration_start") else "ig"
+
+
+@dataclass
+class Handle:
+    """A communication operation of one stage (possibly many network collectives)."""
+    kind: str
+    name: str
+    start_s: float = math.nan
+    done_s: float = math.nan
+    done: bool = False
+    waiters: list = field(default_factory=list)
+    rdv_s: float = math.nan      # cross-stage collectives: time the last participant arrived
+
+
+@dataclass
+class StageStats:
+    compute_s: float = 0.0
+    exposed_s: dict = field(default_factory=lambda: dict.fromkeys(REPORT_KEYS, 0.0))
+    bubble_s: float = 0.0
+    end_s: float = 0.0
+    exposed_kind_s: dict = field(default_factory=dict)   # raw group kind (tp, dp, edp, ...) -> s
+
+
+@dataclass
+class LayerStats:
+    """Per-row accumulators for the EndToEnd-style CSV (seconds and bytes, whole iteration)."""
+    compute_s: dict = field(default_factory=lambda: {"fwd": 0.0, "ig": 0.0, "wg": 0.0})
+    exposed_s: dict = field(default_factory=lambda: {"fwd": 0.0, "ig": 0.0, "wg": 0.0})
+    comm_s: dict = field(default_factory=lambda: {"fwd": 0.0, "ig": 0.0, "wg": 0.0})
+    comm_bytes: dict = field(default_factory=lambda: {"fwd": 0.0, "ig": 0.0, "wg": 0.0})
+    comm_kind: dict = field(default_factory=dict)      # column -> (collective, group size)
+
+
+@dataclass
+class EngineResult:
+    iteration_time_s: float
+    stages: list[StageStats]
+    layers: dict            # row key -> LayerStats (stage 0 representative)
+    trace: list             # (stage, thread, name, start_s, dur_s, category) when tracing
+    comm_count: int         # network collectives submitted
+    rep_ranks: list[int]
+
+
+class _Stream:
+    """FIFO of communication operations of one kind on one stage."""
+    __slots__ = ("busy", "queue")
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.queue: list = []
+
+
+class Engine:
+    """Runs one iteration. `op_time_s(op)` gives each ComputeOp's duration in seconds."""
+
+    def __init__(self, workload, placement, topology, backend, op_time_s: Callable,
+                 sampling: str = "auto", trace: bool = False, row_key: Callable | None = None,
+                 progress: bool = False) -> None:
+        if sampling not in ("auto", "full"):
+            raise SimError(f"sampling '{sampling}': use auto or full")
+        self.w = workload
+        self.plan = workload.plan
+        self.pl = placement
+        self.topo = topology
+        self.net = backend
+        self.op_time_s = op_time_s
+        self.sampling = sampling
+        self.tracing = trace
+        self.row_key = row_key or default_row_key
+        self.progress = progress
+        self.p = int(self.plan.pp)
+        self.v = max(1, int(self.plan.vpp))
+        self.m = int(workload.num_microbatches)
+        if len(workload.stages) != self.p:
+            raise SimError(f"workload has {len(workload.stages)} stage programs but pp = {self.p}")
+        for st in workload.stages:
+            if len(st.chunks) != self.v:
+                raise SimError(f"stage {st.stage} has {len(st.chunks)} chunks but vpp = {self.v}")
+        self._heap: list = []
+        self._seq = 0
+        self._now = 0.0
+        self._group_cache: dict = {}
+        self._domain_cache: dict = {}
+        self._rendezvous: dict = {}
+        self._avail: dict = {}
+        self.comm_count = 0
+        self.trace: list = []
+        self.layers: dict = defaultdict(LayerStats)
+
+    # ---------------- event queue ----------------
+    def _push(self, t: float, fn, *args) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, fn, args))
+
+    # ---------------- groups & sampling ----------------
+    def _domain(self, gpu: int):
+        d = self._domain_cache.get(gpu)
+        if d is None:
+            d = self.topo.nvlink_domain_of(gpu)
+            self._domain_cache[gpu] = d
+        return d
+
+    def _rail_pure(self) -> bool:
+        """True when flows between GPUs of one rail stay on that rail's links: every first-hop
+        switch serves one rail only and the fabric has at most two switch tiers (so no link above
+        the rail ToRs is shared between rails)."""
+        hit = self._group_cache.get("rail_pure")
+        if hit is None:
+            topo = self.topo
+            hit = False
+            if all(hasattr(topo, a) for a in ("tors_of", "rail_of", "network_tiers")):
+                if len(topo.network_tiers()) <= 2:
+                    rails_of_tor: dict[int, int] = {}
+                    hit = True
+                    for g in range(int(topo.num_gpus)):
+                        r = topo.rail_of(g)
+                        for t in topo.tors_of(g):
+                            if rails_of_tor.setdefault(t, r) != r:
+                                hit = False
+                                break
+                        if not hit:
+                            break
+            self._group_cache["rail_pure"] = hit
+        return hit
+
+    def _rail(self, gpu: int) -> int:
+        key = ("rail", gpu)
+        r = self._domain_cache.get(key)
+        if r is None:
+            r = self.topo.rail_of(gpu)
+            self._domain_cache[key] = r
+        return r
+
+    def _select(self, groups: list[tuple[int, ...]], rep_gpu: int) -> list[tuple[int, ...]]:
+        """Groups (GPU tuples) to submit; see the module docstring for the symmetry argument."""
+        if self.sampling == "full" or len(groups) <= 1:
+            return groups
+        dom = self._domain
+        if all(all(dom(g) == dom(grp[0]) for g in grp[1:]) for grp in groups):
+            return [grp for grp in groups if rep_gpu in grp][:1]
+        rail = self._rail
+        if self._rail_pure() and all(all(rail(g) == rail(grp[0]) for g in grp[1:]) for grp in groups):
+            r = rail(rep_gpu)
+            return [grp for grp in groups if rail(grp[0]) == r]
+        return groups
+
+    def _groups_for(self, kind: str, stage: int) -> list[tuple[int, ...]]:
+        """GPU tuples submitted for one collective of `kind` issued by `stage`."""
+        key = (kind, stage)
+        hit = self._group_cache.get(key)
+        if hit is not None:
+            return hit
+        if kind in _CROSS_STAGE:
+            rows = self.pl.rank_groups(kind)
+            rep_rank = self.rep_ranks[0]
+        else:
+            rows = self.pl.groups_in_stage(kind, stage)
+            rep_rank = self.rep_ranks[stage]
+        if len(rows) == 0:
+            raise SimError(f"no '{kind}' group found for stage {stage}")
+        gpus = self.pl.gpus
+        out = self._select([tuple(int(g) for g in gpus[row]) for row in rows], int(gpus[rep_rank]))
+        self._group_cache[key] = out
+        return out
+
+    def _pp_pairs(self, src_stage: int, dst_stage: int) -> list[tuple[int, int]]:
+        key = ("pp", src_stage, dst_stage)
+        hit = self._group_cache.get(key)
+        if hit is not None:
+            return hit
+        rows = self.pl.rank_groups("pp")
+        gpus = self.pl.gpus
+        pairs = [(int(gpus[r[src_stage]]), int(gpus[r[dst_stage]])) for r in rows]
+        rep_gpu = int(gpus[self.rep_ranks[src_stage]])
+        pairs = self._select(pairs, rep_gpu)
+        self._group_cache[key] = pairs
+        return pairs
+
+    # ---------------- network submission ----------------
+    def _submit(self, handle: Handle, reqs: list[CollectiveRequest], now: float) -> None:
+        handle.start_s = now
+        if not reqs:
+            self._push(now, self._finish, handle)
+            return
+        left = [len(reqs)]
+        latest = [now]
+
+        def on_done(t: float) -> None:
+            left[0] -= 1
+            latest[0] = max(latest[0], t)
+            if left[0] == 0:
+                self._push(latest[0], self._finish, handle)
+
+        self.comm_count += len(reqs)
+        for req in reqs:
+            self.net.submit(req, now, on_done)
+
+    def _finish(self, handle: Handle) -> None:
+        handle.done = True
+        handle.done_s = self._now
+        waiters, handle.waiters = handle.waiters, []
+        for fn in waiters:
+            fn()
+
+    def _stream_issue(self, st: _StageRun, kind: str, handle: Handle, make_reqs) -> None:
+        stream = st.streams[kind]
+        stream.queue.append((handle, make_reqs))
+        if not stream.busy:
+            self._stream_next(st, kind)
+
+    def _stream_next(self, st: _StageRun, kind: str) -> None:
+        stream = st.streams[kind]
+        if not stream.queue:
+            stream.busy = False
+            return
+        stream.busy = True
+        handle, make_reqs = stream.queue.pop(0)
+
+        def after() -> None:
+            if self.tracing:
+                self.trace.append((st.stage, f"comm:{kind}", handle.name, handle.start_s,
+                                   handle.done_s - handle.start_s, "comm"))
+            self._stream_next(st, kind)
+
+        handle.waiters.insert(0, after)
+        make_reqs(handle, self._now)
+
+    # ---------------- stage execution ----------------
+    def run(self) -> EngineResult:
+        p = self.p
+        self.rep_ranks = [int(self.pl.stage_ranks(s)[0]) for s in range(p)]
+        kind = self.w.schedule if p > 1 or self.v > 1 else "1f1b"
+        if kind == "none":
+            kind = "1f1b"
+        self.runs = [_StageRun(self, s, stage_tasks(kind, s, p, self.m, self.v)) for s in range(p)]
+        bar = None
+        if self.progress:
+            try:
+                from tqdm import tqdm
+                bar = tqdm(total=sum(len(r.segments) for r in self.runs), desc="simulating", unit="task",
+                           leave=False)
+            except ImportError:  # pragma: no cover
+                bar = None
+        self._bar = bar
+        for r in self.runs:
+            self._push(0.0, r.step)
+        heap = self._heap
+        net = self.net
+        while True:
+            t_net = net.next_event_time()
+            t_heap = heap[0][0] if heap else math.inf
+            if t_net == math.inf and t_heap == math.inf:
+                break
+            if t_net <= t_heap:
+                if t_net < self._now - 1e-12:
+                    raise SimError(f"network backend went back in time ({t_net} < {self._now})")
+                self._now = max(self._now, t_net)
+                net.advance(t_net)
+            else:
+                t, _, fn, args = heapq.heappop(heap)
+                self._now = max(self._now, t)
+                fn(*args)
+        if bar is not None:
+            bar.close()
+        stuck = [r.stage for r in self.runs if not r.finished]
+        if stuck:
+            raise SimError(f"simulation deadlocked: stage(s) {stuck} never finished (inconsistent workload)")
+        T = max(r.stats.end_s for r in self.runs)
+        for r in self.runs:
+            r.stats.bubble_s += T - r.stats.end_s
+        return EngineResult(iteration_time_s=T, stages=[r.stats for r in self.runs], layers=dict(self.layers),
+                            trace=self.trace, comm_count=self.comm_count, rep_ranks=self.rep_ranks)
+
+
+def default_row_key(op) -> str:
+    if op.layer >= 0:
+        return f"layer{op.layer:04d}"
+    return op.name.split(".")[0] if op.name else "other"
+
+
+class _StageRun:
+    """State machine of one stage's representative rank."""
+
+    def __init__(self, eng: Engine, stage: int, tasks) -> None:
+        self.eng = eng
+        self.stage = stage
+        self.stats = StageStats()
+        self.streams: dict[str, _Stream] = defaultdict(_Stream)
+        prog = eng.w.stages[stage]
+        self.prog = prog
+        self.segments: list = [("start", -1, -1)] + [(d, c, mb) for c, mb, d in tasks] + [("end", -1, -1)]
+        self.seg = 0
+        self.ops: list = []
+        self.idx = -1          # -1: segment not yet entered
+        self.finished = False
+        self.clock = 0.0       # time this stage has reached (>= engine now when running)
+        self.pending: dict[str, list[Handle]] = defaultdict(list)   # wait_op name -> handles
+        self.seg_outstanding: list[Handle] = []
+        self.deferred: list[Handle] = []
+        self.blocked_since = None
+        self.blocked_on = None
+        self.record = stage == 0
+        self.rdv_counts: dict = {}
+        self.explicit_pp = False
+
+    # ops of one segment for this micro-batch
+    def _segment_ops(self, seg) -> list:
+        d, c, mb = seg
+        if d == "start":
+            return list(self.prog.iteration_start)
+        if d == "end":
+            return list(self.prog.iteration_end)
+        chunk = self.prog.chunks[c]
+        ops = chunk.forward if d == "fwd" else chunk.backward
+        m = self.eng.m
+        out = []
+        for op in ops:
+            scope = op.microbatch
+            if scope == "all" or (scope == "first" and mb == 0) or (scope == "last" and mb == m - 1):
+                out.append(op)
+        return out
+
+    def _vstage(self, c: int) -> int:
+        return c * self.eng.p + self.stage
+
+    def _wait(self, handle: Handle, what) -> bool:
+        """Block on `handle` if not done. Returns True when blocked (step() will be re-entered)."""
+        if handle.done:
+            return False
+        self.blocked_since = self.eng._now
+        self.blocked_on = what
+        handle.waiters.append(self._resume)
+        return True
+
+    def _resume(self) -> None:
+        eng = self.eng
+        t0, what = self.blocked_since, self.blocked_on
+        dt = eng._now - t0
+        kind, handle, op = what
+        if kind == "PP":
+            inflight = max(0.0, eng._now - max(t0, handle.start_s)) if handle.start_s == handle.start_s else 0.0
+            inflight = min(inflight, dt)
+            self.stats.exposed_s["PP"] += inflight
+            self.stats.exposed_kind_s["pp"] = self.stats.exposed_kind_s.get("pp", 0.0) + inflight
+            self.stats.bubble_s += dt - inflight
+            if eng.tracing and dt > 0:
+                eng.trace.append((self.stage, "compute", "wait pipeline", t0, dt, "wait"))
+        else:
+            # waiting for the other stages to reach a cross-stage collective is pipeline imbalance
+            early = min(max(0.0, handle.rdv_s - t0), dt) if handle.rdv_s == handle.rdv_s else 0.0
+            self.stats.bubble_s += early
+            dt -= early
+            self.stats.exposed_s[kind] += dt
+            self.stats.exposed_kind_s[handle.kind] = self.stats.exposed_kind_s.get(handle.kind, 0.0) + dt
+            if op is not None and self.record:
+                eng.layers[eng.row_key(op)].exposed_s[column_of(op)] += dt
+            if eng.tracing and dt > 0:
+                eng.trace.append((self.stage, "compute", f"wait {handle.name}", t0, dt, "wait"))
+        self.blocked_since = None
+        self.clock = eng._now
+        self.step()
+
+    def _issue(self, op, now: float) -> Handle:
+        eng = self.eng
+        handle = Handle(kind=op.group, name=op.name)
+        record = self.record
+        row = eng.row_key(op) if record else None
+        col = column_of(op) if record else None
+
+        if op.group in _CROSS_STAGE:
+            participants = (range(eng.p) if op.group == "mp"
+                            else sorted({0, eng.p - 1}))
+            count_key = (op.group, op.name)
+            n = self.rdv_counts.get(count_key, 0)
+            self.rdv_counts[count_key] = n + 1
+            rkey = (op.group, op.name, n)
+            rdv = eng._rendezvous.setdefault(rkey, {"arrived": 0, "handles": [], "need": len(participants)})
+
+            def make_reqs(h: Handle, t: float) -> None:
+                rdv["arrived"] += 1
+                rdv["handles"].append(h)
+                if rdv["arrived"] == rdv["need"]:
+                    groups = eng._groups_for(op.group, self.stage)
+                    master = Handle(kind=op.group, name=op.name)
+                    reqs = [CollectiveRequest(op.collective, g, int(op.size_bytes), tag=f"{op.group}:{op.name}")
+                            for g in groups if len(g) > 1]
+                    for hh in rdv["handles"]:
+                        hh.start_s = t
+                        hh.rdv_s = t
+                    def fan_out(hs=tuple(rdv["handles"])) -> None:
+                        for hh in hs:
+                            eng._finish(hh)
+                    master.waiters.append(fan_out)
+                    eng._submit(master, reqs, t)
+        else:
+            groups = eng._groups_for(op.group, self.stage)
+
+            def make_reqs(h: Handle, t: float) -> None:
+                reqs = [CollectiveRequest(op.collective, g, int(op.size_bytes), tag=f"{op.group}:{op.name}")
+                        for g in groups if len(g) > 1]
+                eng._submit(h, reqs, t)
+
+        if record:
+            def account() -> None:
+                st = eng.layers[row]
+                st.comm_s[col] += handle.done_s - handle.start_s
+                st.comm_bytes[col] += op.size_bytes
+                st.comm_kind[col] = (op.collective, len(eng._groups_for(op.group, self.stage)[0]))
+            handle.waiters.append(account)
+        eng._stream_issue(self, op.group, handle, make_reqs)
+        return handle
+
+    def _sends_allowed(self, seg) -> bool:
+        d, c, _ = seg
+        vs = self._vstage(c)
+        return (d == "fwd" and vs < self.eng.p * self.eng.v - 1) or (d == "bwd" and vs > 0)
+
+    def _send(self, direction: str, c: int, mb: int, now: float, size: int | None = None) -> None:
+        """Send activation ('fwd') or gradient ('bwd') of virtual chunk c, micro-batch mb."""
+        eng = self.eng
+        p = eng.p
+        vs = self._vstage(c)
+        if direction == "fwd":
+            dst_vs = vs + 1
+            size = int(self.prog.pp_send_bytes) if size is None else size
+            key = ("act", dst_vs, mb)
+            stream = "pp_next"
+        else:
+            dst_vs = vs - 1
+            size = int(eng.w.stages[dst_vs % p].pp_send_bytes) if size is None else size
+            key = ("grad", dst_vs, mb)
+            stream = "pp_prev"
+        dst_stage = dst_vs % p
+        handle = eng._avail.setdefault(key, Handle(kind="pp", name=f"{key[0]} vs{dst_vs} mb{mb}"))
+        if size <= 0 or dst_stage == self.stage:
+            handle.start_s = now
+            eng._push(now, eng._finish, handle)
+            return
+        pairs = eng._pp_pairs(self.stage, dst_stage)
+
+        def make_reqs(h: Handle, t: float) -> None:
+            reqs = [CollectiveRequest("send", pair, size, tag=f"pp:{h.name}") for pair in pairs]
+            eng._submit(h, reqs, t)
+
+        eng._stream_issue(self, stream, handle, make_reqs)
+
+    def _needs(self, seg) -> Handle | None:
+        d, c, mb = seg
+        if d not in ("fwd", "bwd"):
+            return None
+        eng = self.eng
+        vs = self._vstage(c)
+        if d == "fwd" and vs > 0:
+            return eng._avail.setdefault(("act", vs, mb), Handle(kind="pp", name=f"act vs{vs} mb{mb}"))
+        if d == "bwd" and vs < eng.p * eng.v - 1:
+            return eng._avail.setdefault(("grad", vs, mb), Handle(kind="pp", name=f"grad vs{vs} mb{mb}"))
+        return None
+
+    def step(self) -> None:
+        """Run as far as possible from engine time; re-entered by events."""
+        eng = self.eng
+        now = eng._now
+        if self.clock < now:
+            self.clock = now
+        while True:
+            if self.finished:
+                return
+            seg = self.segments[self.seg]
+            if self.idx < 0:
+                self.ops = self._segment_ops(seg)
+                explicit = any(op.is_comm and op.group == "pp" for op in self.ops)
+                if seg[0] == "end":
+                    # gradient reductions deferred to the end of the iteration (finish_grad_sync)
+                    while self.deferred:
+                        h, op = self.deferred[0]
+                        if self._wait(h, (report_group(h.kind), h, op)):
+                            return
+                        self.deferred.pop(0)
+                need = None if explicit else self._needs(seg)
+                if need is not None and self._wait(need, ("PP", need, None)):
+                    return
+                self.explicit_pp = explicit
+                self.idx = 0
+                self.seg_outstanding = []
+            # run the ops of the segment
+            ops = self.ops
+            while self.idx < len(ops):
+                op = ops[self.idx]
+                waits = self.pending.get(op.name)
+                if waits:
+                    while waits:
+                        h = waits[0]
+                        if not h.done:
+                            if self.clock > now:
+                                eng._push(self.clock, self.step)
+                                return
+                            if self._wait(h, (report_group(h.kind), h, op)):
+                                return
+                        waits.pop(0)
+                    del self.pending[op.name]
+                if not op.is_comm:
+                    dur = float(eng.op_time_s(op))
+                    if eng.tracing:
+                        eng.trace.append((self.stage, "compute", op.name, self.clock, dur, op.phase))
+                    if self.record:
+                        eng.layers[eng.row_key(op)].compute_s[column_of(op)] += dur
+                    self.clock += dur
+                    self.stats.compute_s += dur
+                    self.idx += 1
+                    continue
+                # communication: must be issued at the engine's current time
+                if self.clock > now:
+                    eng._push(self.clock, self.step)
+                    return
+                if op.group == "pp":
+                    # explicit pipeline recv/send markers of the generator (sizes from the op)
+                    self.idx += 1
+                    if op.collective == "recv":
+                        need = self._needs(seg)
+                        if need is not None and self._wait(need, ("PP", need, None)):
+                            return
+                    elif op.collective == "send" and self._sends_allowed(seg):
+                        self._send(seg[0], seg[1], seg[2], now, int(op.size_bytes))
+                    continue
+                h = self._issue(op, now)
+                self.idx += 1
+                if op.blocking:
+                    if self._wait(h, (report_group(op.group), h, op)):
+                        return
+                elif op.wait_op:
+                    self.pending[op.wait_op].append(h)
+                elif op.microbatch == "last" and seg[0] in ("fwd", "bwd"):
+                    self.deferred.append((h, op))
+                else:
+                    self.seg_outstanding.append((h, op))
+            # end of segment: outstanding non-blocking ops of this list
+            if self.clock > now:
+                eng._push(self.clock, self.step)
+                return
+            # non-blocking ops whose wait_op did not follow them in this list: waited here
+            for hs in self.pending.values():
+                self.seg_outstanding.extend((h, None) for h in hs)
+            self.pending.clear()
+            while self.seg_outstanding:
+                h, op = self.seg_outstanding[0]
+                if self._wait(h, (report_group(h.kind), h, op)):
+                    return
+                self.seg_outstanding.pop(0)
+            d, c, mb = seg
+            if not self.explicit_pp and self._sends_allowed(seg):
+                self._send(d, c, mb, now)
+            self.seg += 1
+            self.idx = -1
+            if eng._bar is not None:
+                eng._bar.update(1)
+            if self.seg >= len(self.segments):
+                self.finished = True
+                self.stats.end_s = self.clock
+                return

@@ -1,0 +1,169 @@
+"""Inputs of a simulation: workloads (native JSON, SimAI text, model + plan) and topologies
+(topo templates with parameters, or SimAI topology files). Errors are one line (SimError or the
+owning package's error)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from sim.errors import SimError
+from workload_gen.plan import ParallelPlan
+
+SIMAI_POLICIES = ("HYBRID_TRANSFORMER_FWD_IN_BCKWD", "MICRO", "DATA", "HYBRID_TRANSFORMER", "HYBRID_DLRM",
+                  "MODEL", "HYBRID_DATA_MODEL", "HYBRID_MODEL_DATA", "HYBRID_CUSTOMIZED",
+                  "DISTRIBUTED_INFERENCE")
+
+PLAN_FIELDS = {f.name: f for f in dataclasses.fields(ParallelPlan)}
+
+
+def _first_token(path: Path) -> str:
+    with open(path, "rb") as fh:
+        head = fh.read(256)
+    try:
+        text = head.decode("utf-8", errors="replace").lstrip()
+    except Exception:  # pragma: no cover
+        return ""
+    return text.split(None, 1)[0] if text.split() else ""
+
+
+def is_simai_workload(path: str | Path) -> bool:
+    return _first_token(Path(path)) in SIMAI_POLICIES
+
+
+def load_workload_file(path: str | Path):
+    """Native workload JSON (workload_gen.native_io) or SimAI workload text file (by its first token)."""
+    p = Path(path)
+    if not p.is_file():
+        raise SimError(f"{p}: workload file not found")
+    if is_simai_workload(p):
+        from workload_gen.simai_workload import read_simai_workload
+        return read_simai_workload(p)
+    if _first_token(p).startswith("{"):
+        from workload_gen.native_io import load_workload
+        return load_workload(p)
+    raise SimError(f"{p}:1: neither a clustersim workload JSON nor a SimAI workload file "
+                   f"(first token '{_first_token(p)[:40]}')")
+
+
+def resolve_model(name_or_path: str):
+    p = Path(name_or_path)
+    if p.suffix.lower() in (".json", ".yaml", ".yml") or p.is_file():
+        from workload_gen.config_io import load_model
+        return load_model(p)
+    from workload_gen.zoo import get_model
+    return get_model(name_or_path)
+
+
+def _coerce(name: str, value):
+    f = PLAN_FIELDS.get(name)
+    if f is None:
+        raise SimError(f"plan field '{name}' unknown (known: {', '.join(sorted(PLAN_FIELDS))})")
+    if isinstance(value, str):
+        text = value.strip()
+        ftype = str(f.type)
+        if "bool" in ftype:
+            if text.lower() in ("1", "true", "yes", "on"):
+                return True
+            if text.lower() in ("0", "false", "no", "off"):
+                return False
+            raise SimError(f"plan field '{name}': expected true/false, got '{value}'")
+        if "int" in ftype:
+            if text.lower() == "none" and "None" in ftype:
+                return None
+            try:
+                return int(text)
+            except ValueError:
+                raise SimError(f"plan field '{name}': expected an integer, got '{value}'") from None
+        return text
+    return value
+
+
+def make_plan(base=None, **fields):
+    """ParallelPlan from an optional base plan (or plan file path) and field overrides (None = keep)."""
+    if isinstance(base, (str, Path)):
+        from workload_gen.config_io import load_plan
+        base = load_plan(base)
+    dp = fields.pop("dp", None)
+    fields = {k: _coerce(k, v) for k, v in fields.items() if v is not None}
+    if dp is not None:
+        try:
+            fields["dp"] = int(dp)
+        except ValueError:
+            raise SimError(f"plan field 'dp': expected an integer, got '{dp}'") from None
+    if base is None:
+        world = fields.get("world_size")
+        if world is None:
+            dp = int(fields.pop("dp", 1) or 1)
+            world = dp * fields.get("tp", 1) * fields.get("pp", 1) * fields.get("cp", 1)
+            fields["world_size"] = world
+        fields.pop("dp", None)
+        return ParallelPlan(**fields)
+    if "dp" in fields and "world_size" not in fields:
+        t = fields.get("tp", base.tp) * fields.get("pp", base.pp) * fields.get("cp", base.cp)
+        fields["world_size"] = t * int(fields["dp"])
+    fields.pop("dp", None)
+    return dataclasses.replace(base, **fields)
+
+
+def parse_kv(text: str, what: str) -> dict:
+    """'a=1,b=x' -> {'a': '1', 'b': 'x'}."""
+    out = {}
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "=" not in part:
+            raise SimError(f"{what} '{text}': expected key=value pairs separated by commas, got '{part}'")
+        k, v = part.split("=", 1)
+        out[k.strip().replace("-", "_")] = v.strip()
+    return out
+
+
+def _num_or_str(v: str):
+    try:
+        return int(v)
+    except ValueError:
+        pass
+    try:
+        return float(v)
+    except ValueError:
+        pass
+    if v.lower() in ("true", "false"):
+        return v.lower() == "true"
+    return v
+
+
+def make_topology(spec: str, gpus: int | None = None, gpu_type: str | None = None, **params):
+    """Topology from 'TEMPLATE[:key=value,...]' or a SimAI topology file path.
+
+    gpus: GPUs to build (default: the template's default); gpu_type: the topology's GPU type string.
+    """
+    import topo
+    p = Path(spec)
+    if p.is_file():
+        return topo.read_simai_topology(p)
+    template, _, rest = spec.partition(":")
+    kw = {k: _num_or_str(v) for k, v in parse_kv(rest, "fabric").items()} if rest else {}
+    if gpus is not None and "gpus" not in kw:
+        kw["gpus"] = int(gpus)
+    if gpu_type is not None and "gpu_type" not in kw:
+        kw["gpu_type"] = gpu_type
+    kw.update({k: v for k, v in params.items() if v is not None})
+    if ("/" in template or template.endswith((".txt", ".topo"))) and not p.exists():
+        raise SimError(f"{spec}: topology file not found")
+    return topo.build(template, **kw)
+
+
+def default_gpu(topology, gpu: str | None) -> str:
+    if gpu:
+        return gpu
+    t = getattr(topology, "gpu_type", None)
+    if not t or str(t).upper() == "NONE":
+        raise SimError("topology does not name its GPU type: pass --gpu")
+    return str(t)
+
+
+def servers_for(world: int, gpus_per_server: int = 8) -> int:
+    """GPU count of the smallest whole-server topology holding `world` ranks."""
+    return -(-int(world) // gpus_per_server) * gpus_per_server

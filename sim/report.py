@@ -1,0 +1,242 @@
+"""Results of a run: summary JSON + human table, EndToEnd-style per-layer CSV, Chrome trace, PNG charts.
+
+Everything is written into a temporary directory beside the target and renamed into place when
+complete (an existing results directory is replaced only after the new one is fully written).
+Trace: one process per pipeline stage's representative rank (all ranks of a stage run the same
+program, so these ranks are the sampled subset of any job size); threads are the compute stream and
+one communication stream per group kind. Times in the CSV are microseconds, bandwidths GiB/s (as SimAI).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from sim.errors import SimError
+
+KEYS = ("TP", "CP", "EP", "DP", "PP")
+
+
+def _pct(x: float, total: float) -> str:
+    return f"{100.0 * x / total:.2f}%" if total > 0 else "0.00%"
+
+
+def format_summary(rep, title: str = "") -> str:
+    """Human-readable table of a StepReport."""
+    T = rep.iteration_time_s
+    m = rep.meta
+    lines = []
+    if title:
+        lines.append(title)
+    lines.append(f"model {m.get('model', '?')} | {m.get('world_size')} x {m.get('gpu')} | tp {m.get('tp')} "
+                 f"pp {m.get('pp')} cp {m.get('cp')} ep {m.get('ep')} dp {m.get('dp')} vpp {m.get('vpp')} | "
+                 f"{m.get('num_microbatches')} micro-batches ({m.get('schedule')}) | network {m.get('network')}")
+    lines.append(f"{'iteration time':<28s}{T:14.6f} s")
+    rows = [("compute", rep.compute_s)] + [(f"exposed {k} comm", rep.exposed_comm_s.get(k, 0.0)) for k in KEYS]
+    rows.append(("pipeline bubble", rep.bubble_s))
+    for name, v in rows:
+        lines.append(f"  {name:<26s}{v:14.6f} s  {_pct(v, T):>8s}")
+    lines.append(f"{'MFU':<28s}{100 * rep.mfu:13.2f} %   (model FLOPs / (GPUs x T x peak {m.get('dtype')}))")
+    lines.append(f"{'TFLOP/s per GPU':<28s}{rep.tflops_per_gpu:14.1f}     (executed FLOPs incl. recompute)")
+    lines.append(f"{'tokens/s per GPU':<28s}{rep.tokens_per_s_per_gpu:14.1f}")
+    src = ", ".join(f"{k} {100 * v:.1f}%" for k, v in rep.compute_sources.items())
+    lines.append(f"{'kernel time provenance':<28s}{src}")
+    return "\n".join(lines)
+
+
+def _busbw_factor(collective: str, n: int) -> float:
+    if n <= 1:
+        return 0.0
+    if collective == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+def _bw(bytes_: float, secs: float, kind) -> tuple[str, str]:
+    if secs <= 0 or bytes_ <= 0:
+        return "-nan", "-nan"
+    alg = bytes_ / secs / 2**30
+    coll, n = kind if kind else ("", 1)
+    return f"{alg:.2f}", f"{alg * _busbw_factor(coll, n):.2f}"
+
+
+def _us(x: float) -> int:
+    return int(round(x * 1e6))
+
+
+def end_to_end_csv(rep, run_name: str = "clustersim") -> str:
+    """SimAI EndToEnd.csv layout: header, summary line (µs and %), per-layer header and rows."""
+    T = rep.iteration_time_s
+    by = rep.exposed_by_group_kind_s
+    dp_ep = by.get("edp", 0.0)
+    dp = rep.exposed_comm_s.get("DP", 0.0) - dp_ep
+    tp = rep.exposed_comm_s.get("TP", 0.0)
+    ep = rep.exposed_comm_s.get("EP", 0.0)
+    pp = rep.exposed_comm_s.get("PP", 0.0)
+    total_exposed = sum(rep.exposed_comm_s.values())
+    out = ["File name, Expose DP comm, Expose DP_EP comm, Expose TP comm, Expose_EP_comm, Expose_PP_comm, "
+           "bubble time, total comp, total exposed comm, Total time"]
+    cells = [f"{_us(v)} ({_pct(v, T)})" for v in (dp, dp_ep, tp, ep, pp, rep.bubble_s, rep.compute_s, total_exposed)]
+    out.append(", ".join([f"{run_name}-"] + cells + [str(_us(T))]))
+    out.append(f"layer_name,{run_name},fwd compute,wg compute,ig compute,fwd exposed comm,wg exposed comm,"
+               "ig exposed comm,fwd total comm,algbw,busbw,wg total comm,algbw,busbw,ig total comm,algbw,busbw")
+    for row, st in rep.layers.items():
+        cells = [row, run_name, _us(st.compute_s["fwd"]), _us(st.compute_s["wg"]), _us(st.compute_s["ig"]),
+                 _us(st.exposed_s["fwd"]), _us(st.exposed_s["wg"]), _us(st.exposed_s["ig"])]
+        for col in ("fwd", "wg", "ig"):
+            alg, bus = _bw(st.comm_bytes[col], st.comm_s[col], st.comm_kind.get(col))
+            cells += [_us(st.comm_s[col]), alg, bus]
+        out.append(",".join(str(c) for c in cells))
+    return "\n".join(out) + "\n"
+
+
+def chrome_trace(rep) -> dict:
+    """Chrome trace-event JSON (Perfetto loads it): pid = rank, tid = stream."""
+    events = []
+    tids: dict[tuple[int, str], int] = {}
+    for i, rank in enumerate(rep.rep_ranks):
+        gpu = rep.rep_gpus[i] if i < len(rep.rep_gpus) else rank
+        events.append({"ph": "M", "pid": rank, "name": "process_name",
+                       "args": {"name": f"rank {rank} (stage {i}, GPU {gpu})"}})
+        events.append({"ph": "M", "pid": rank, "name": "process_sort_index", "args": {"sort_index": i}})
+    for stage, thread, name, start, dur, cat in rep.trace:
+        pid = rep.rep_ranks[stage]
+        key = (pid, thread)
+        tid = tids.get(key)
+        if tid is None:
+            tid = len([k for k in tids if k[0] == pid])
+            tids[key] = tid
+            events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": thread}})
+        events.append({"ph": "X", "pid": pid, "tid": tid, "name": name, "cat": cat,
+                       "ts": round(start * 1e6, 3), "dur": round(max(dur, 0.0) * 1e6, 3)})
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"generator": "clustersim", "iteration_time_s": rep.iteration_time_s}}
+
+
+_COLORS = {"compute": "#4c72b0", "TP": "#dd8452", "CP": "#937860", "EP": "#8172b3", "DP": "#c44e52",
+           "PP": "#55a868", "bubble": "#bbbbbb"}
+
+
+def plot_breakdown(rep, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    labels = ["mean"] + [f"stage {s['stage']}" for s in rep.stages] if len(rep.stages) > 1 else ["rank 0"]
+    series = [{"compute": rep.compute_s, **rep.exposed_comm_s, "bubble": rep.bubble_s}]
+    if len(rep.stages) > 1:
+        series += [{"compute": s["compute_s"], **s["exposed_comm_s"], "bubble": s["bubble_s"]} for s in rep.stages]
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(labels)))
+    left = [0.0] * len(labels)
+    for key in ("compute",) + KEYS + ("bubble",):
+        vals = [d.get(key, 0.0) for d in series]
+        if not any(v > 0 for v in vals):
+            continue
+        name = key if key in ("compute", "bubble") else f"exposed {key}"
+        ax.barh(labels, vals, left=left, color=_COLORS[key], label=name)
+        left = [a + b for a, b in zip(left, vals)]
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds per iteration")
+    ax.set_title(f"Time breakdown: iteration {rep.iteration_time_s:.3f} s")
+    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_timeline(rep, path: Path) -> None:
+    """Compute stream and comm streams of each stage's representative rank (one pipeline)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+    n = len(rep.rep_ranks)
+    bars: dict[tuple[int, str], list] = {}
+    for stage, thread, _name, start, dur, cat in rep.trace:
+        if dur <= 0:
+            continue
+        if thread == "compute":
+            key = "wait" if cat == "wait" else ("bwd" if cat in ("bwd", "recompute") else
+                                                 "fwd" if cat == "fwd" else "other")
+            lane = 0
+        else:
+            kind = thread.split(":", 1)[1]
+            key = "PP" if kind.startswith("pp") else {"tp": "TP", "etp": "TP", "cp": "CP", "ep": "EP"}.get(kind, "DP")
+            lane = 1
+        bars.setdefault((stage * 2 + lane, key), []).append((start, dur))
+    colors = {"fwd": "#4c72b0", "bwd": "#8da0cb", "other": "#2f4b7c", "wait": "#eeeeee", **_COLORS}
+    fig, ax = plt.subplots(figsize=(12, 1.0 + 0.7 * n))
+    for (row, key), spans in sorted(bars.items()):
+        stage, lane = divmod(row, 2)
+        y = stage * 1.0 + (0.0 if lane == 0 else 0.5)
+        ax.broken_barh(spans, (y, 0.42 if lane == 0 else 0.3), facecolors=colors.get(key, "#999999"))
+    ax.set_yticks([s + 0.35 for s in range(n)])
+    ax.set_yticklabels([f"stage {s} (rank {r})" for s, r in enumerate(rep.rep_ranks)])
+    ax.invert_yaxis()
+    ax.set_xlim(0, rep.iteration_time_s * 1.01 if rep.iteration_time_s > 0 else 1)
+    ax.set_xlabel("time (s)  — upper lane: compute stream, lower lane: communication streams")
+    ax.set_title("Timeline of one pipeline (each stage's representative rank)")
+    used = sorted({k for _, k in bars})
+    ax.legend(handles=[Patch(color=colors.get(k, "#999999"), label=k) for k in used], fontsize=8,
+              loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def atomic_dir(out: str | Path, write) -> Path:
+    """Call write(tmp_dir) and move the finished directory to `out` (replacing an old results dir)."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise SimError(f"{out}: exists and is not a directory")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    os.chmod(tmp, 0o755)
+    try:
+        write(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        os.rmdir(old)
+        os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out)
+    return out
+
+
+def _json_default(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return str(x)
+
+
+def write_results(rep, out_dir: str | Path, run_name: str = "clustersim", charts: bool = True,
+                  trace: bool = True, extra: dict | None = None) -> Path:
+    """Write summary.json, summary.txt, EndToEnd.csv, trace.json and PNG charts into `out_dir`."""
+    def write(tmp: Path) -> None:
+        data = rep.to_dict()
+        if extra:
+            data["inputs"] = extra
+        (tmp / "summary.json").write_text(json.dumps(data, indent=2, default=_json_default) + "\n")
+        (tmp / "summary.txt").write_text(format_summary(rep) + "\n")
+        (tmp / "EndToEnd.csv").write_text(end_to_end_csv(rep, run_name))
+        if trace and rep.trace:
+            with open(tmp / "trace.json", "w") as fh:
+                json.dump(chrome_trace(rep), fh, separators=(",", ":"))
+        if charts:
+            plot_breakdown(rep, tmp / "breakdown.png")
+            if rep.trace:
+                plot_timeline(rep, tmp / "timeline.png")
+    return atomic_dir(out_dir, write)

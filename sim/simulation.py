@@ -1,0 +1,190 @@
+"""sim.simulate: one training iteration of a Workload on a Topology -> StepReport.
+
+Formulas reported (all per iteration, T = iteration time):
+- compute_s, exposed_comm_s[TP|CP|EP|DP|PP], bubble_s: means over pipeline stages of each stage
+  representative's time split (they sum to T; per-stage values in StepReport.stages).
+- tflops_per_gpu = executed FLOPs of all ranks (recompute included) / (world_size * T) / 1e12.
+- mfu = model FLOPs of all ranks (recompute excluded) / (world_size * T * peak dense FLOP/s of the
+  plan's dtype on `gpu`).
+- tokens_per_s_per_gpu = global_batch_size * seq_length / (T * world_size).
+- compute_sources: fraction of executed kernel time per compute_db provenance
+  ("measured", "interpolated", "modeled", "given").
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from sim.engine import REPORT_KEYS, Engine
+from sim.errors import SimError
+from sim.placement import Placement, place
+
+
+@dataclass
+class StepReport:
+    iteration_time_s: float
+    compute_s: float
+    exposed_comm_s: dict
+    bubble_s: float
+    mfu: float
+    tflops_per_gpu: float
+    tokens_per_s_per_gpu: float
+    compute_sources: dict
+    stages: list = field(default_factory=list)        # per stage: dict of the same split
+    exposed_by_group_kind_s: dict = field(default_factory=dict)   # raw group kind -> mean exposed s
+    meta: dict = field(default_factory=dict)
+    layers: dict = field(default_factory=dict, repr=False)     # row -> engine.LayerStats (stage 0)
+    trace: list = field(default_factory=list, repr=False)
+    rep_ranks: list = field(default_factory=list, repr=False)
+    rep_gpus: list = field(default_factory=list, repr=False)
+
+    FORMULAS = {
+        "mfu": "model FLOPs (no recompute) of all ranks / (world_size * iteration_time_s * peak dense FLOP/s of plan dtype)",
+        "tflops_per_gpu": "executed FLOPs (recompute included) of all ranks / (world_size * iteration_time_s) / 1e12",
+        "tokens_per_s_per_gpu": "global_batch_size * seq_length / (iteration_time_s * world_size)",
+        "time_split": "mean over pipeline stages of each stage representative's compute / exposed comm / bubble; sums to iteration_time_s",
+    }
+
+    @property
+    def exposed_total_s(self) -> float:
+        return sum(self.exposed_comm_s.values())
+
+    def to_dict(self) -> dict:
+        return {
+            "iteration_time_s": self.iteration_time_s,
+            "compute_s": self.compute_s,
+            "exposed_comm_s": dict(self.exposed_comm_s),
+            "exposed_comm_total_s": self.exposed_total_s,
+            "bubble_s": self.bubble_s,
+            "mfu": self.mfu,
+            "tflops_per_gpu": self.tflops_per_gpu,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "compute_sources": dict(self.compute_sources),
+            "exposed_by_group_kind_s": dict(self.exposed_by_group_kind_s),
+            "stages": list(self.stages),
+            "formulas": dict(self.FORMULAS),
+            "meta": dict(self.meta),
+        }
+
+
+def _iter_counts(workload):
+    """(stage, op, executions per iteration) for every op of every stage program."""
+    m = int(workload.num_microbatches)
+    for st in workload.stages:
+        for op in st.iteration_start:
+            yield st.stage, op, 1
+        for op in st.iteration_end:
+            yield st.stage, op, 1
+        for ch in st.chunks:
+            for op in list(ch.forward) + list(ch.backward):
+                n = m if op.microbatch == "all" else 1
+                yield st.stage, op, n
+
+
+def compute_op_times(workload, gpu: str, db=None) -> tuple[dict, dict]:
+    """id(op) -> seconds and id(op) -> provenance for every ComputeOp of the workload."""
+    ops, seen = [], set()
+    for _, op, _ in _iter_counts(workload):
+        if not op.is_comm and id(op) not in seen:
+            seen.add(id(op))
+            ops.append(op)
+    times: dict[int, float] = {}
+    sources: dict[int, str] = {}
+    need = [op for op in ops if op.time_s is None]
+    for op in ops:
+        if op.time_s is not None:
+            if op.time_s < 0:
+                raise SimError(f"op '{op.name}': negative given time {op.time_s}")
+            times[id(op)] = float(op.time_s)
+            sources[id(op)] = "given"
+    if need:
+        if db is None:
+            from compute_db import open_db
+            db = open_db()
+        unique: dict = {}
+        for op in need:
+            unique.setdefault(op, []).append(op)
+        keys = list(unique)
+        results = db.lookup_many(keys, gpu)
+        for key, kt in zip(keys, results):
+            for op in unique[key]:
+                times[id(op)] = float(kt.time_s)
+                sources[id(op)] = str(kt.source)
+    return times, sources
+
+
+def _flops(workload, times: dict, sources: dict, ranks_per_stage: int):
+    executed = model = 0.0
+    by_source: dict[str, float] = {}
+    for _, op, n in _iter_counts(workload):
+        if op.is_comm:
+            continue
+        executed += op.flops * n
+        if op.phase != "recompute":
+            model += op.flops * n
+        src = sources[id(op)]
+        by_source[src] = by_source.get(src, 0.0) + times[id(op)] * n
+    return executed * ranks_per_stage, model * ranks_per_stage, by_source
+
+
+def simulate(workload, topology, *, gpu: str, network="flow", db=None, placement=None,
+             progress: bool = False, sampling: str = "auto", trace: bool = False,
+             row_key=None, network_options: dict | None = None) -> StepReport:
+    """Simulate one training iteration.
+
+    network: "flow" | "analytical" (netsim.make_backend) or a NetworkBackend object.
+    placement: None (contiguous), a Placement, a rank->GPU list or a mapping file path.
+    sampling: "auto" (exploit NVLink-domain symmetry, see sim.engine) | "full".
+    """
+    t_wall = time.perf_counter()
+    plan = workload.plan
+    pl = placement if isinstance(placement, Placement) else place(plan, topology, placement)
+    from compute_db.gpus import get_gpu
+    spec = get_gpu(gpu)
+    times, sources = compute_op_times(workload, spec.name, db)
+    if isinstance(network, str):
+        import netsim
+        backend = netsim.make_backend(network, topology, **(network_options or {}))
+        net_name = network
+    else:
+        backend = network
+        net_name = type(network).__name__
+    eng = Engine(workload, pl, topology, backend, lambda op: times[id(op)], sampling=sampling,
+                 trace=trace, row_key=row_key, progress=progress)
+    res = eng.run()
+    T = res.iteration_time_s
+    world = int(plan.world_size)
+    n_st = len(res.stages)
+    compute = sum(s.compute_s for s in res.stages) / n_st
+    exposed = {k: sum(s.exposed_s[k] for s in res.stages) / n_st for k in REPORT_KEYS}
+    by_kind: dict[str, float] = {}
+    for s in res.stages:
+        for k, v in s.exposed_kind_s.items():
+            by_kind[k] = by_kind.get(k, 0.0) + v / n_st
+    bubble = sum(s.bubble_s for s in res.stages) / n_st
+    executed, model_flops, by_source = _flops(workload, times, sources, world // int(plan.pp))
+    total_kernel = sum(by_source.values()) or 1.0
+    peak = spec.peak_flops.get(plan.dtype) or spec.peak_flops.get("bf16", 0.0)
+    tokens = int(plan.global_batch_size) * int(plan.seq_length)
+    stages = [{"stage": i, "rank": res.rep_ranks[i], "gpu": pl.gpu_of(res.rep_ranks[i]),
+               "compute_s": s.compute_s, "exposed_comm_s": dict(s.exposed_s), "bubble_s": s.bubble_s,
+               "busy_until_s": s.end_s} for i, s in enumerate(res.stages)]
+    meta = {
+        "gpu": spec.name, "network": net_name, "world_size": world, "topology_gpus": int(topology.num_gpus),
+        "tp": plan.tp, "pp": plan.pp, "cp": plan.cp, "ep": plan.ep, "dp": plan.dp, "vpp": plan.vpp,
+        "num_microbatches": int(workload.num_microbatches), "schedule": workload.schedule,
+        "global_batch_size": plan.global_batch_size, "seq_length": plan.seq_length, "dtype": plan.dtype,
+        "model": getattr(workload.model, "name", ""), "sampling": sampling,
+        "network_collectives": res.comm_count, "peak_flops": peak,
+        "executed_flops": executed, "model_flops": model_flops,
+        "wall_time_s": time.perf_counter() - t_wall,
+    }
+    return StepReport(
+        iteration_time_s=T, compute_s=compute, exposed_comm_s=exposed, bubble_s=bubble,
+        mfu=model_flops / (world * T * peak) if T > 0 and peak > 0 else 0.0,
+        tflops_per_gpu=executed / (world * T) / 1e12 if T > 0 else 0.0,
+        tokens_per_s_per_gpu=tokens / (T * world) if T > 0 else 0.0,
+        compute_sources={k: v / total_kernel for k, v in sorted(by_source.items())},
+        stages=stages, exposed_by_group_kind_s=by_kind, meta=meta, layers=res.layers, trace=res.trace,
+        rep_ranks=res.rep_ranks, rep_gpus=[pl.gpu_of(r) for r in res.rep_ranks])

@@ -1,0 +1,90 @@
+"""Cost analysis: FLOP formulas (models.md), MFU/HFU definitions, step-time estimate invariants."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from sim.analysis.cost import count_flops, model_flops_per_token, utilisation, walk_kernel_flops
+from sim.analysis.steptime import HardwareSpec, estimate_step, group_ranks
+from workload_gen.model import ModelSpec
+from workload_gen.plan import ParallelPlan
+from workload_gen.zoo import get_model
+
+
+def gpt(l, h, a, V=51200, s=2048) -> ModelSpec:
+    return ModelSpec(name="gpt", num_layers=l, hidden_size=h, num_attention_heads=a, ffn_hidden_size=4 * h,
+                     vocab_size=V, seq_length=s)
+
+
+@pytest.mark.parametrize("l,h,a,s", [(96, 12288, 96, 2048), (36, 4096, 32, 2048), (48, 6144, 64, 4096)])
+def test_gpt_model_flops_equal_megatron_formula(l, h, a, s):
+    V, B = 51200, 512
+    m = gpt(l, h, a, V, s)
+    plan = ParallelPlan(world_size=8, tp=8, global_batch_size=B, seq_length=s)
+    expected = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
+    assert count_flops(m, plan).model_flops == pytest.approx(expected, rel=1e-12)
+    # full recompute of every layer = Megatron's 4-pass hardware count
+    full = dataclasses.replace(plan, recompute="full")
+    expected_hw = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+    assert count_flops(m, full).hardware_flops == pytest.approx(expected_hw, rel=1e-12)
+
+
+def test_llama_model_flops_per_sequence_formula():
+    m = get_model("llama3-70b")
+    s, l, h, A, G, F, V = 8192, 80, 8192, 64, 8, 28672, 128256
+    expected = s * (12 * l * h * h * (1 + G / A + s / h) + 18 * l * F * h + 6 * V * h)
+    assert model_flops_per_token(m, s) * s == pytest.approx(expected, rel=1e-12)
+
+
+def test_mfu_hfu_definitions():
+    m = gpt(36, 4096, 32)
+    plan = ParallelPlan(world_size=128, tp=4, global_batch_size=512, recompute="full")
+    fc = count_flops(m, plan)
+    u = utilisation(fc, 3.7, 128, 312e12)
+    assert u["mfu_6nd_with_attn"] == pytest.approx(fc.model_flops / (3.7 * 128 * 312e12))
+    assert u["hfu"] == pytest.approx(fc.hardware_flops / (3.7 * 128 * 312e12))
+    assert u["hfu"] > u["mfu_6nd_with_attn"]
+    assert u["tokens_per_s_per_gpu"] == pytest.approx(512 * 2048 / 3.7 / 128)
+
+
+def test_kernel_flops_close_to_model_flops():
+    m = get_model("llama3-8b")
+    plan = ParallelPlan(world_size=16, tp=2, pp=2, global_batch_size=16, seq_length=8192)
+    kf = walk_kernel_flops(m, plan)
+    mf = count_flops(m, plan).model_flops
+    assert kf["kernel_flops"] == kf["kernel_flops_with_recompute"]
+    # on top: flash-attention backward re-forms P (2.5x forward), elementwise kernels, padded vocabulary
+    assert 1.0 <= kf["kernel_flops"] / mf < 1.06
+
+
+def _hw() -> HardwareSpec:
+    return HardwareSpec("H100", 989.4e12, 3.35e12, 80e9, 450e9, 50e9)
+
+
+def test_step_estimate_invariants():
+    m = get_model("llama3-8b")
+    hw = _hw()
+    base = ParallelPlan(world_size=64, tp=4, pp=2, sequence_parallel=True, global_batch_size=256, seq_length=8192,
+                        distributed_optimizer=True)
+    e = estimate_step(m, base, hw)
+    assert e.iteration_time_s > e.compute_s > 0
+    assert set(e.exposed_comm_s) == {"TP", "CP", "EP", "DP", "PP"}
+    assert e.bubble_s == pytest.approx((2 - 1) * e.chunk_time_s)
+    # recompute costs time, interleaving shrinks the bubble
+    full = estimate_step(m, dataclasses.replace(base, recompute="full"), hw)
+    assert full.iteration_time_s > e.iteration_time_s and full.recompute_s > 0
+    vpp = estimate_step(m, dataclasses.replace(base, vpp=2), hw)
+    assert vpp.bubble_s < e.bubble_s
+    # compute lower bound: model FLOPs over the whole cluster at peak
+    fc = count_flops(m, base)
+    assert e.iteration_time_s > fc.model_flops / (64 * hw.peak_flops)
+
+
+def test_group_ranks_follow_megatron_order():
+    p = ParallelPlan(world_size=64, tp=2, cp=2, pp=2)   # dp = 8
+    assert group_ranks(p, "tp") == (0, 1)
+    assert group_ranks(p, "cp") == (0, 2)
+    assert group_ranks(p, "dp") == tuple(range(0, 32, 4))
+    assert group_ranks(p, "pp") == (0, 32)

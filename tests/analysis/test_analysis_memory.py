@@ -1,0 +1,205 @@
+"""Memory analysis: Korthikanti activation formulas, measured ratios, model-state sharding, schedules."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from sim.analysis.memory import (
+    MemoryOptions,
+    analyze_memory,
+    inflight_microbatches,
+    layer_activation_bytes,
+    model_state_bytes,
+)
+from workload_gen.model import ModelSpec
+from workload_gen.plan import ParallelPlan
+
+# (s, b, h, a, t): several shapes where every formula term is an integer
+SHAPES = [
+    (2048, 1, 6144, 64, 8),      # GPT-22B, Korthikanti
+    (2048, 1, 12288, 96, 8),     # GPT-3 175B
+    (1024, 2, 4096, 32, 4),
+    (4096, 1, 2048, 16, 2),
+    (512, 4, 1024, 16, 1),
+    (2048, 2, 8192, 64, 8),
+]
+
+
+def gpt_layer_model(h: int, a: int, s: int) -> ModelSpec:
+    # GPT layer: GELU MLP 4h, LayerNorm, learned positions, dropout (GPT default)
+    return ModelSpec(name=f"gpt-h{h}", num_layers=4, hidden_size=h, num_attention_heads=a, ffn_hidden_size=4 * h,
+                     vocab_size=51200, seq_length=s, activation="gelu", norm="layernorm",
+                     position_embedding="learned")
+
+
+def plan_for(s, b, t, *, sp=False, recompute="none", **kw) -> ParallelPlan:
+    return ParallelPlan(world_size=t, tp=t, sequence_parallel=sp and t > 1, micro_batch_size=b, global_batch_size=b,
+                        seq_length=s, recompute=recompute, flash_attention=False, **kw)
+
+
+@pytest.mark.parametrize("s,b,h,a,t", SHAPES)
+def test_activation_per_layer_matches_korthikanti_exactly(s, b, h, a, t):
+    model = gpt_layer_model(h, a, s)
+    # formulas typed from the paper (bytes per layer), integer arithmetic
+    tp_only = s * b * h * 10 + 24 * s * b * h // t + 5 * a * s * s * b // t
+    tp_sp = 34 * s * b * h // t + 5 * a * s * s * b // t
+    tp_sel = s * b * h * 10 + 24 * s * b * h // t
+    tp_sp_sel = 34 * s * b * h // t
+    full = 2 * s * b * h
+    assert layer_activation_bytes(model, plan_for(s, b, t)) == tp_only
+    assert layer_activation_bytes(model, plan_for(s, b, t, recompute="selective")) == tp_sel
+    assert layer_activation_bytes(model, plan_for(s, b, t, recompute="full")) == full
+    if t > 1:
+        assert layer_activation_bytes(model, plan_for(s, b, t, sp=True)) == tp_sp
+        assert layer_activation_bytes(model, plan_for(s, b, t, sp=True, recompute="selective")) == tp_sp_sel
+    else:
+        assert tp_only == s * b * h * 34 + 5 * a * s * s * b  # "no parallelism" row
+        assert layer_activation_bytes(model, plan_for(s, b, 1)) == s * b * h * (34 + 5 * a * s // h)
+
+
+@pytest.mark.parametrize("name,h,a,measured", [
+    ("22B", 6144, 64, {"sp": 0.668, "sel": 0.494, "sp_sel": 0.162, "full": 0.076}),
+    ("175B", 12288, 96, {"sp": 0.620, "sel": 0.565, "sp_sel": 0.185, "full": 0.087}),
+])
+def test_ratios_within_two_points_of_measured(name, h, a, measured):
+    s, b, t = 2048, 1, 8
+    model = gpt_layer_model(h, a, s)
+    base = layer_activation_bytes(model, plan_for(s, b, t))
+    got = {
+        "sp": layer_activation_bytes(model, plan_for(s, b, t, sp=True)) / base,
+        "sel": layer_activation_bytes(model, plan_for(s, b, t, recompute="selective")) / base,
+        "sp_sel": layer_activation_bytes(model, plan_for(s, b, t, sp=True, recompute="selective")) / base,
+        "full": layer_activation_bytes(model, plan_for(s, b, t, recompute="full")) / base,
+    }
+    for k, v in measured.items():
+        assert abs(got[k] - v) <= 0.02, (name, k, got[k], v)
+
+
+def test_flash_attention_drops_the_score_term():
+    s, b, h, a, t = 2048, 1, 4096, 32, 4
+    model = gpt_layer_model(h, a, s)
+    flash = dataclasses.replace(plan_for(s, b, t), flash_attention=True)
+    # flash keeps Q, K, V (as the selective case does) plus fp32 log-sum-exp per (query, head)
+    expected = s * b * h * 10 + 24 * s * b * h // t + 4 * b * (a // t) * s
+    assert layer_activation_bytes(model, flash) == expected
+
+
+def test_selective_components_mlp_and_norm():
+    s, b, h, a, t = 1024, 1, 2048, 16, 2
+    model = gpt_layer_model(h, a, s)
+    p = plan_for(s, b, t, recompute="selective")
+    attn_only = layer_activation_bytes(model, p)
+    # MLP recompute additionally drops the GELU input and fc2 input: 2 x 2*s*b*4h/t
+    mlp = layer_activation_bytes(model, p, options=MemoryOptions(selective=("attn", "mlp")))
+    assert attn_only - mlp == 2 * (2 * s * b * 4 * h // t)
+    # norm recompute drops the two GEMM inputs that are norm outputs (QKV input, fc1 input): 2 x 2sbh
+    norm = layer_activation_bytes(model, p, options=MemoryOptions(selective=("attn", "norm")))
+    assert attn_only - norm == 2 * (2 * s * b * h)
+
+
+# ---------------------------------------------------------------------------------- model states
+def test_model_states_no_sharding():
+    p = ParallelPlan(world_size=16, tp=1, pp=1, cp=2)  # dp 8, cp 2
+    ms = model_state_bytes(1_000_000, 0, p)
+    assert (ms.weight_bytes, ms.grad_bytes, ms.optimizer_bytes) == (2_000_000, 4_000_000, 12_000_000)
+
+
+def test_model_states_distributed_optimizer_shards_over_dp_times_cp():
+    p = ParallelPlan(world_size=16, cp=2, distributed_optimizer=True)  # dp 8 x cp 2 = 16
+    ms = model_state_bytes(1_600_000, 0, p)
+    assert ms.weight_bytes == 3_200_000
+    assert ms.grad_bytes == 6_400_000
+    assert ms.optimizer_bytes == 12 * 100_000
+    assert ms.total_bytes == 3_200_000 + 6_400_000 + 1_200_000
+
+
+@pytest.mark.parametrize("stage,w,g,o", [
+    (1, 2 * 800_000, 4 * 800_000, 12 * 100_000),
+    (2, 2 * 800_000, 4 * 100_000, 12 * 100_000),
+    (3, 2 * 100_000, 4 * 100_000, 12 * 100_000),
+])
+def test_model_states_zero_stages(stage, w, g, o):
+    p = ParallelPlan(world_size=8, framework="deepspeed", zero_stage=stage)  # dp 8
+    ms = model_state_bytes(800_000, 0, p)
+    assert (ms.weight_bytes, ms.grad_bytes, ms.optimizer_bytes) == (w, g, o)
+
+
+def test_model_states_experts_shard_over_expert_dp():
+    # tp 2, dp 8 -> 16 ranks per stage; ep 4, etp 1 -> edp 4
+    p = ParallelPlan(world_size=16, tp=2, ep=4, etp=1, distributed_optimizer=True)
+    assert p.edp == 4
+    ms = model_state_bytes(1_600_000, 400_000, p)
+    assert ms.weight_bytes == 2 * 2_000_000
+    assert ms.grad_bytes == 4 * 2_000_000
+    assert ms.optimizer_bytes == 12 * (1_600_000 // 8 + 400_000 // 4)
+
+
+def test_stage_weights_equal_stage_params():
+    from workload_gen.params import stage_params
+    from workload_gen.zoo import get_model
+    m = get_model("llama3-8b")
+    p = ParallelPlan(world_size=32, tp=2, pp=4, seq_length=4096, global_batch_size=32, distributed_optimizer=True)
+    rep = analyze_memory(m, p)
+    for st in rep.stages:
+        sp = stage_params(m, p, st.stage)
+        assert st.model_states.weight_bytes == 2 * sp.dense
+        assert st.model_states.optimizer_bytes == 12 * (-(-sp.dense // 4))
+
+
+# ---------------------------------------------------------------------------------- schedules / peaks
+def test_inflight_1f1b_and_interleaved():
+    assert [inflight_microbatches(i, 4, 1, 64) for i in range(4)] == [4, 3, 2, 1]
+    assert inflight_microbatches(0, 4, 1, 2) == 2          # fewer micro-batches than stages
+    # interleaved first stage: p * (1 + (p - 1) / (p * v))
+    for p, v in ((4, 2), (8, 4), (4, 5)):
+        assert inflight_microbatches(0, p, v, 64) == pytest.approx(p * (1 + (p - 1) / (p * v)))
+    assert inflight_microbatches(0, 1, 1, 64) == 1
+
+
+def test_peak_report_path_and_terms():
+    from workload_gen.zoo import get_model
+    m = get_model("llama3-70b")
+    p = ParallelPlan(world_size=256, tp=8, pp=4, sequence_parallel=True, global_batch_size=64, seq_length=8192,
+                     distributed_optimizer=True)
+    rep = analyze_memory(m, p)
+    s0 = rep.stages[0]
+    assert s0.inflight_microbatches == 4 and rep.stages[-1].inflight_microbatches == 1
+    assert s0.peak_activation_bytes == 4 * s0.activation_per_microbatch_bytes
+    for s in rep.stages:
+        assert s.reserved_bytes >= s.peak_allocated_bytes == max(s.fwd_peak_allocated_bytes,
+                                                                 s.bwd_peak_allocated_bytes)
+        assert s.peak_allocated_bytes > s.model_states.total_bytes + s.peak_activation_bytes
+        assert s.comm_buffer_bytes["nccl_buffers"] > 0 and s.comm_buffer_bytes["pp_recv_buffers"] > 0
+        assert s.peak_path.stage == s.stage and s.peak_path.phase in ("fwd", "bwd")
+    assert rep.peak.stage == 0
+    # the last stage's peak involves the vocabulary-wide cross-entropy
+    assert rep.stages[-1].activation_per_chunk_bytes[0] > rep.stages[1].activation_per_chunk_bytes[0]
+    d = rep.to_dict()
+    assert d["peak_reserved_bytes"] == rep.peak_reserved_bytes and "stage 0" in d["peak_path"]
+
+
+def test_mem_factor_overrides_reserved_ratio():
+    from workload_gen.zoo import get_model
+    m = get_model("llama3-8b")
+    p = ParallelPlan(world_size=8, tp=8, sequence_parallel=True, global_batch_size=1, seq_length=8192)
+    rep = analyze_memory(m, p, options=MemoryOptions(mem_factor=1.25))
+    s = rep.stages[0]
+    assert s.reserved_bytes == int(s.peak_allocated_bytes * 1.25)
+
+
+def test_workload_saved_bytes_match_formula_when_generator_present():
+    wg = pytest.importorskip("workload_gen")
+    if not hasattr(wg, "generate"):
+        pytest.skip("workload_gen.generate not available yet")
+    from sim.analysis.memory import activations_from_workload
+    s, b, h, a, t = 2048, 1, 4096, 32, 4
+    model = gpt_layer_model(h, a, s)
+    for sp, rc, expected in ((False, "none", s * b * h * 10 + 24 * s * b * h // t + 5 * a * s * s * b // t),
+                             (True, "none", 34 * s * b * h // t + 5 * a * s * s * b // t),
+                             (True, "selective", 34 * s * b * h // t)):
+        plan = plan_for(s, b, t, sp=sp, recompute=rc)
+        acts = activations_from_workload(wg.generate(model, plan))
+        per_layer = acts[(0, 0)]
+        assert per_layer[1] == expected, (sp, rc, per_layer[1], expected)

@@ -1,0 +1,66 @@
+"""CLI: compute-db subcommands print what they claim; bad input -> one line, exit 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.cli import main
+
+
+def test_lookup(capsys):
+    assert main(["compute-db", "lookup", "--gpu", "H100", "--kind", "gemm", "--shape", "m=4096,n=4096,k=4096"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("gemm/fwd/bf16/m=4096,n=4096,k=4096 on H100: ")
+    assert "(interpolated; log-space line interpolation, H100)" in out and "TFLOP/s" in out
+
+
+def test_bad_shape_and_gpu(capsys):
+    assert main(["compute-db", "lookup", "--gpu", "H100", "--kind", "gemm", "--shape", "m=0,n=1,k=1"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "clustersim: error: kernel gemm: shape field 'm' must be positive, got 0"
+    assert main(["compute-db", "lookup", "--gpu", "P100", "--kind", "gemm", "--shape", "m=1,n=1,k=1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown GPU 'P100'; known GPUs: A100-40GB" in err
+
+
+def test_info_and_gpus(capsys):
+    assert main(["compute-db", "info"]) == 0
+    out = capsys.readouterr().out
+    assert "H100" in out and "A100-80GB" in out and "imported" in out
+    assert main(["compute-db", "gpus"]) == 0
+    out = capsys.readouterr().out
+    assert "GB200" in out and "2500.0" in out
+
+
+def test_export_import_csv(tmp_path, capsys):
+    csv_path = tmp_path / "h100.csv"
+    assert main(["compute-db", "export-csv", "--gpu", "H100", "--out", str(csv_path)]) == 0
+    n = int(capsys.readouterr().out.split()[1])
+    assert n > 1000 and len(csv_path.read_text().splitlines()) == n + 1
+    db = tmp_path / "x.sqlite"
+    assert main(["compute-db", "import-csv", str(csv_path), "--db", str(db)]) == 0
+    assert f"imported {n} rows" in capsys.readouterr().out
+
+
+def test_corrupt_db_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(b"\x00garbage" * 64)
+    assert main(["compute-db", "info", "--db", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a clustersim compute DB" in err
+
+
+def test_gpu_file_option(tmp_path, capsys):
+    f = tmp_path / "g.yaml"
+    f.write_text("gpus:\n  Z1:\n    peak_tflops: {bf16: 500}\n    hbm_gb: 64\n    hbm_GBps: 2000\n"
+                 "    similar_to: [H100]\n")
+    assert main(["compute-db", "lookup", "--gpu", "Z1", "--gpu-file", str(f), "--kind", "rmsnorm",
+                 "--shape", "tokens=8192,hidden=8192"]) == 0
+    assert "fit:H100 norm" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_calibrate_table(capsys):
+    assert main(["compute-db", "calibrate", "--gpu", "H100", "--family", "gemm"]) == 0
+    out = capsys.readouterr().out
+    assert "| gemm |" in out and "Leave-one-model-out error on H100" in out

@@ -1,0 +1,83 @@
+"""GPU spec table: figures from reference/hardware.md, aliases, user files, errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from compute_db import gpus
+from compute_db.errors import ComputeDBError
+
+# (name, bf16 TFLOP/s, fp8, tf32, HBM GB, HBM GB/s, NVLink GB/s both directions, NIC Gb/s) per hardware.md
+HARDWARE_MD = [
+    ("A100-40GB", 312, None, 156, 40, 1555, 600, 200),
+    ("A100-80GB", 312, None, 156, 80, 2039, 600, 200),
+    ("A100-40GB-PCIe", 312, None, 156, 40, 1555, None, None),
+    ("A100-80GB-PCIe", 312, None, 156, 80, 1935, None, None),
+    ("H100", 989.4, 1978.9, 494.7, 80, 3350, 900, 400),
+    ("H100-PCIe", 756, 1513, 378, 80, 2000, None, None),
+    ("H800", 989, 1979, 495, 80, 3350, 400, 400),
+    ("H20", 148, 296, 74, 96, 4000, 900, None),
+    ("H200", 989, 1979, 495, 141, 4800, 900, 400),
+    ("B200", 2250, 4500, 1100, 180, 8000, 1800, 400),
+    ("GB200", 2500, 5000, 1250, 186, 8000, 1800, 400),
+    ("MI300X", 1307.4, 2614.9, 653.7, 192, 5300, 896, 400),
+]
+
+
+@pytest.mark.parametrize("row", HARDWARE_MD, ids=[r[0] for r in HARDWARE_MD])
+def test_shipped_table_matches_hardware_md(row):
+    name, bf16, fp8, tf32, hbm, bw, nvl, nic = row
+    g = gpus.get_gpu(name)
+    assert g.peak_flops["bf16"] == pytest.approx(bf16 * 1e12)
+    assert g.peak_flops["fp16"] == pytest.approx(bf16 * 1e12)
+    assert g.peak_flops["fp32"] == pytest.approx(tf32 * 1e12)
+    if fp8 is not None:
+        assert g.peak_flops["fp8"] == pytest.approx(fp8 * 1e12)
+        assert g.fp8_native
+    else:
+        assert not g.fp8_native and g.peak_flops["fp8"] == g.peak_flops["bf16"]
+    assert g.hbm_bytes == pytest.approx(hbm * 1e9)
+    assert g.hbm_Bps == pytest.approx(bw * 1e9)
+    if nvl is not None:
+        assert g.nvlink_Bps == pytest.approx(nvl / 2 * 1e9)   # one direction
+    if nic is not None:
+        assert g.nic_Bps == pytest.approx(nic * 1e9 / 8)
+
+
+def test_every_hardware_md_gpu_listed():
+    assert sorted(r[0] for r in HARDWARE_MD) == gpus.list_gpus()
+
+
+def test_aliases_and_case():
+    assert gpus.get_gpu("h100-sxm5").name == "H100"
+    assert gpus.get_gpu("A100").name == "A100-80GB"
+    assert gpus.get_gpu("gb200-nvl72").name == "GB200"
+
+
+def test_unknown_gpu_lists_known():
+    with pytest.raises(ComputeDBError) as exc:
+        gpus.get_gpu("Z9000")
+    msg = str(exc.value)
+    assert "unknown GPU 'Z9000'" in msg and "H100" in msg and "MI300X" in msg and "\n" not in msg
+
+
+def test_user_gpu_file(tmp_path):
+    f = tmp_path / "mine.yaml"
+    f.write_text("gpus:\n  X1:\n    aliases: [x-one]\n    peak_tflops: {bf16: 100, fp8: 200, fp32: 50}\n"
+                 "    hbm_gb: 10\n    hbm_GBps: 1000\n    nvlink_GBps: 100\n    nic_Gbps: 100\n    similar_to: [H100]\n")
+    extra = gpus.load_gpu_file(f)
+    g = gpus.get_gpu("x-one", extra)
+    assert g.name == "X1" and g.peak_flops["fp16"] == 100e12 and g.nic_Bps == 12.5e9
+    assert "X1" in gpus.list_gpus(extra) and "X1" not in gpus.list_gpus()
+
+
+def test_bad_gpu_files(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("gpus:\n  X1:\n    peak_tflops: {bf16: 100}\n    hbm_gb: 10\n")
+    with pytest.raises(ComputeDBError, match="hbm_GBps"):
+        gpus.load_gpu_file(f)
+    f.write_text("gpus: [\n")
+    with pytest.raises(ComputeDBError, match=r"bad.yaml:\d+: not valid YAML"):
+        gpus.load_gpu_file(f)
+    with pytest.raises(ComputeDBError, match="not found"):
+        gpus.load_gpu_file(tmp_path / "missing.yaml")

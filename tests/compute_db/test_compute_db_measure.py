@@ -1,0 +1,82 @@
+"""AIOB measurement runner on CPU with tiny shapes; the torch-missing message."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from compute_db import measure, open_db, store
+from compute_db.errors import ComputeDBError
+from compute_db.keys import make_key
+from workload_gen.workload import COMPUTE_KINDS, ChunkProgram, ComputeOp, StageProgram, Workload
+
+TINY = {"m": 16, "n": 8, "k": 32, "groups": 2, "batch": 2, "seq_q": 16, "seq_kv": 16, "heads": 4, "kv_heads": 2,
+        "head_dim_qk": 8, "head_dim_v": 8, "rows": 8, "cols": 16, "tokens": 16, "hidden": 32, "width": 16,
+        "head_dim": 8, "numel": 256, "vocab": 64, "experts": 8, "topk": 2, "params": 1000, "bytes": 4096}
+
+
+def _all_tiny_keys():
+    keys = []
+    for kind, fields in COMPUTE_KINDS.items():
+        variants = {"gemm": ["fwd", "dgrad", "wgrad"], "grouped_gemm": ["fwd", "dgrad", "wgrad"],
+                    "optimizer": ["step"], "memcpy": ["fwd"]}.get(kind, ["fwd", "bwd"])
+        for v in variants:
+            keys.append(make_key(kind, v, {f: TINY[f] for f in fields}, "fp32" if kind == "optimizer" else "bf16",
+                                 causal=kind == "flash_attn"))
+    return keys
+
+
+def test_outlier_filter():
+    s = np.array([1.0, 1.1, 0.9, 1.0, 1.05, 50.0])
+    assert 50.0 not in measure.filter_outliers(s) and len(measure.filter_outliers(s)) == 5
+
+
+def test_without_torch_says_install_aiob(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)   # makes `import torch` raise ImportError
+    with pytest.raises(ComputeDBError, match=r"install the aiob extra: pip install -e '\.\[aiob\]'"):
+        measure.measure_keys([make_key("gemm", "fwd", {"m": 4, "n": 4, "k": 4}, "bf16")], device="cpu")
+    from sim.cli import main
+    assert main(["measure", "--workload", "w.json", "--db", "x.sqlite"]) == 2
+
+
+def test_guess_gpu_name():
+    assert measure.guess_gpu_name("NVIDIA H100 80GB HBM3") == "H100"
+    assert measure.guess_gpu_name("NVIDIA A100-SXM4-80GB") == "A100-80GB"
+    assert measure.guess_gpu_name("NVIDIA H200") == "H200"
+
+
+@pytest.mark.slow
+def test_measure_every_kind_on_cpu(tmp_path):
+    pytest.importorskip("torch")
+    keys = _all_tiny_keys()
+    rows, skipped = measure.measure_keys(keys, device="cpu", warmup=1, repeats=4, gpu_name="CPU-test")
+    assert skipped == [] and len(rows) == len(keys)
+    for r in rows:
+        assert r.provenance == "measured" and r.gpu == "CPU-test" and r.torch and r.date.endswith("Z")
+        assert 0 < r.min_s <= r.median_s and 1 <= r.samples <= 4
+    db = tmp_path / "m.sqlite"
+    store.write_rows(db, rows)
+    assert len(store.read_rows(db, "CPU-test")) == len(keys)
+
+
+def test_measure_cli_on_tiny_workload(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    from sim.cli import main
+
+    def op(name, kind, dims, variant="fwd"):
+        return ComputeOp(name, kind, tuple(dims.items()), "bf16", 0.0, 0.0, variant)
+    gemm = {"m": 16, "n": 8, "k": 32}
+    fwd = [op("fc", "gemm", gemm), op("norm", "rmsnorm", {"tokens": 16, "hidden": 32})]
+    bwd = [op("fc_dgrad", "gemm", {"m": 16, "n": 32, "k": 8}, "dgrad"),
+           op("norm_bwd", "rmsnorm", {"tokens": 16, "hidden": 32}, "bwd"), op("fc", "gemm", gemm)]
+    wl = Workload(model=None, plan=None, stages=[StageProgram(0, [ChunkProgram(0, (0,), fwd, bwd)])])
+    monkeypatch.setattr("compute_db.cli._workload_from_args", lambda args: wl)
+    db = tmp_path / "m.sqlite"
+    assert main(["measure", "--workload", "unused.json", "--db", str(db), "--device", "cpu",
+                 "--gpu-name", "H100", "--warmup", "1", "--repeats", "3"]) == 0
+    rows = store.read_rows(db)
+    assert len(rows) == 4 and {r.gpu for r in rows} == {"H100"}   # 4 distinct kernels
+    kt = open_db(db).lookup(fwd[0], "H100")
+    assert kt.source == "measured"

@@ -1,0 +1,105 @@
+"""SQLite store: schema guard, corrupt/foreign files, CSV round trip, read-only lookups."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from compute_db import open_db, store
+from compute_db.errors import ComputeDBError
+from compute_db.keys import make_key
+
+
+def _row(m=64, t=1e-5, gpu="H100", source="test"):
+    return store.KernelRow(gpu, make_key("gemm", "fwd", {"m": m, "n": 128, "k": 256}, "bf16"),
+                           t, t, t * 0.9, t * 0.01, 10, "measured", source, "dev", "drv", "2.x", "12.x",
+                           "2026-01-01T00:00:00Z")
+
+
+def test_write_read_round_trip(tmp_path):
+    db = tmp_path / "k.sqlite"
+    assert store.write_rows(db, [_row(64), _row(128, 2e-5), _row(64, 3e-5, "A100-80GB")]) == 3
+    rows = store.read_rows(db, "H100")
+    assert [r.key.dims for r in rows] == [(128, 128, 256), (64, 128, 256)] or \
+        sorted(r.key.dims for r in rows) == [(64, 128, 256), (128, 128, 256)]
+    r = next(r for r in rows if r.key.dims[0] == 64)
+    assert (r.median_s, r.min_s, r.samples, r.provenance, r.device, r.torch) == (1e-5, 0.9e-5, 10, "measured",
+                                                                                 "dev", "2.x")
+    assert store.gpus_in(db) == ["A100-80GB", "H100"]
+    # same (gpu, key, source) replaces
+    store.write_rows(db, [_row(64, 5e-5)])
+    assert len(store.read_rows(db, "H100")) == 2
+
+
+def test_corrupt_file_clear_error(tmp_path):
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(b"this is not a database at all" * 100)
+    with pytest.raises(ComputeDBError, match="not a clustersim compute DB"):
+        open_db(bad)
+
+
+def test_foreign_sqlite_clear_error(tmp_path):
+    other = tmp_path / "other.sqlite"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE users (id INTEGER)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(ComputeDBError, match="not a clustersim compute DB"):
+        open_db(other)
+    with pytest.raises(ComputeDBError, match="not a clustersim compute DB"):
+        store.write_rows(other, [_row()])
+
+
+def test_schema_version_checked(tmp_path):
+    db = tmp_path / "k.sqlite"
+    store.create(db)
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE meta SET value='99' WHERE name='schema_version'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(ComputeDBError, match="schema version 99"):
+        open_db(db)
+
+
+def test_missing_db_file(tmp_path):
+    with pytest.raises(ComputeDBError, match="not found"):
+        open_db(tmp_path / "nope.sqlite")
+
+
+def test_invalid_rows_rejected(tmp_path):
+    bad = store.KernelRow("H100", make_key("gemm", "fwd", {"m": 1, "n": 1, "k": 1}, "bf16"),
+                          -1.0, 1.0, 1.0, 0.0, 1, "measured", "x")
+    with pytest.raises(ComputeDBError, match="mean_s"):
+        store.write_rows(tmp_path / "k.sqlite", [bad])
+
+
+def test_csv_round_trip(tmp_path):
+    db = tmp_path / "k.sqlite"
+    store.write_rows(db, [_row(64), _row(128, 2e-5)])
+    csv_path = tmp_path / "k.csv"
+    assert store.export_csv(db, csv_path) == 2
+    header = csv_path.read_text().splitlines()[0]
+    assert header == ",".join(store.CSV_COLUMNS)
+    db2 = tmp_path / "k2.sqlite"
+    store.write_rows(db2, list(store.iter_csv(csv_path)))
+    assert store.read_rows(db2) == store.read_rows(db)
+
+
+def test_csv_errors_name_line(tmp_path):
+    csv_path = tmp_path / "bad.csv"
+    csv_path.write_text("gpu,key,median_s\nH100,gemm/fwd/bf16/m=1,n=1,k=1,0.001\n")
+    # the comma-containing key must be quoted; unquoted it shifts columns -> error on line 2
+    with pytest.raises(ComputeDBError, match=r"bad.csv:2:"):
+        list(store.iter_csv(csv_path))
+
+
+def test_lookups_open_read_only_and_concurrent(tmp_path):
+    db = tmp_path / "k.sqlite"
+    store.write_rows(db, [_row(64), _row(128, 2e-5)])
+    db.chmod(0o444)    # readers never need write access
+    before = db.stat().st_mtime_ns
+    a, b = open_db(db), open_db(db)
+    key = make_key("gemm", "fwd", {"m": 64, "n": 128, "k": 256}, "bf16")
+    assert a.lookup_key(key, "H100").time_s == b.lookup_key(key, "H100").time_s == 1e-5
+    assert db.stat().st_mtime_ns == before

@@ -1,0 +1,49 @@
+"""`clustersim workload` end to end (in-process through sim.cli.main)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.cli import main
+
+
+def test_summary_and_outputs(tmp_path, capsys):
+    out, simai, aicb = tmp_path / "w.json", tmp_path / "w.txt", tmp_path / "w.csv"
+    rc = main(["workload", "gpt-1.7b", "--world-size", "16", "--tp", "2", "--pp", "2", "--sp", "--gbs", "32",
+               "--out", str(out), "--simai", str(simai), "--aicb-csv", str(aicb)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    assert "parameters: total 1.6" in text and "FLOPs per iteration" in text and "tp " in text
+    assert out.exists() and simai.exists() and aicb.exists()
+    assert simai.read_text().split("\n", 1)[0].split()[:3] == ["HYBRID_TRANSFORMER_FWD_IN_BCKWD",
+                                                               "model_parallel_NPU_group:", "2"]
+
+
+def test_aicb_flags_and_user_tp_honoured(tmp_path, capsys):
+    rc = main(["workload", "-m", "405", "--world_size", "1024", "--tensor_model_parallel_size", "4",
+               "--pipeline_model_parallel", "8", "--frame", "Megatron", "--global_batch", "256", "--micro_batch", "1",
+               "--seq_length", "4096", "--swiglu", "--use_flash_attn", "--enable_sequence_parallel",
+               "--aiob_enable", "--simai-dir", str(tmp_path)])
+    text = capsys.readouterr().out
+    assert rc == 0 and "tp 4 x cp 1 x pp 8 x dp 32" in text
+    files = list(tmp_path.glob("*.txt"))
+    assert len(files) == 1 and "tp4" in files[0].name
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["workload", "gpt3-175b", "--world-size", "24", "--tp", "5"], "plan.tp"),
+    (["workload", "nosuchmodel"], "unknown model"),
+    (["workload", "-m", "99"], "-m: unknown AICB model size"),
+    (["workload"], "model: give a zoo model name"),
+    (["workload", "gpt-1.7b", "--num-layers", "0"], "--num-layers: must be positive"),
+])
+def test_bad_input_exits_2_with_one_line(argv, msg, capsys):
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.startswith("clustersim: error:") and msg in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_deepspeed_zero3(capsys):
+    rc = main(["workload", "gpt-1.7b", "--frame", "DeepSpeed", "--stage", "3", "--world-size", "8", "--gbs", "16"])
+    assert rc == 0 and "zero 3" in capsys.readouterr().out

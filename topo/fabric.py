@@ -1,0 +1,311 @@
+"""Generic cluster builder: servers (NVLink / PCIe / NICs) + a rail-optimized or ToR-grouped Clos.
+
+One engine builds SimAI's templates (same numbering and cable order as its generator, so the files
+are byte-identical) and clustersim's extensions (several pods under a core tier with chosen
+oversubscription, NVL36/NVL72 domains, NVSwitch chips, NIC nodes, PCIe-only servers).
+
+Numbering: GPUs, host-side switches (NVSwitch nodes or PCIe switches), NICs, ASWs (pod by pod;
+within a pod bank 1 then bank 2), PSWs (pod by pod), core switches. Cable order: per GPU its host
+links then its ToR links; PCIe-switch interconnects; per NIC its host links then its ToR links;
+ASW-PSW (ASW-major); PSW-core (PSW-major).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from topo.errors import TopoError
+from topo.model import Link, Node, Topology
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A bandwidth (bytes/s, one direction) or latency (s) with the ns-3 text written to files."""
+    value: float
+    text: str
+
+
+@dataclass
+class FabricSpec:
+    gpus: int
+    gpus_per_server: int
+    gpu_type: str
+    error_rate: float = 0.0
+    # ---- inside a server / NVLink domain ----
+    host: str = "simai"                 # "simai" | "chips" | "pcie"
+    nvlink_domain_size: int = 0         # 0 = gpus_per_server
+    nvswitch_count: int = 1             # per server ("simai") or per domain ("chips")
+    nvlink: Rate | None = None          # simai: per GPU-NVSwitch link; chips: per GPU, split over chips
+    nvlink_latency: Rate | None = None
+    pcie: Rate | None = None            # GPU-PCIe switch / GPU-NIC / NIC-PCIe links
+    pcie_latency: Rate | None = None
+    pcie_switches_per_server: int = 2
+    nics: bool = False                  # NIC nodes (else the GPU is its own NIC endpoint, as SimAI)
+    gpus_per_nic: int = 1
+    # ---- network ----
+    network: bool = True
+    rail_optimized: bool = True
+    dual_tor: bool = False
+    dual_plane: bool = False
+    nic: Rate | None = None             # endpoint-ASW link (per port)
+    latency: Rate | None = None         # delay of every network link
+    nics_per_asw: int = 64              # endpoints per ASW (SimAI -npa)
+    psw_per_pod: int = 64               # SimAI -psn
+    asw_per_psw: int = 64               # SimAI -app (capacity check)
+    asw_psw: Rate | None = None         # SimAI -apbw
+    asw_requested: int | None = None    # SimAI -asn, corrected with a note
+    pods: int = 0                       # 0 = as many as needed (1 if it fits)
+    segments_per_pod: int = 0           # 0 = the most the capacity check allows
+    core: bool = False                  # force a core tier even with one pod
+    core_oversubscription: float = 1.0  # PSW down bandwidth / PSW up bandwidth
+    core_radix: int = 64                # ports per core switch, sets cores per group
+    fat_tree_k: int = 0                 # > 0: classic k-ary fat-tree instead of the SimAI-style pod
+    label: str = ""                     # flag names used in error messages, e.g. "-g"
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.nodes: list[Node] = []
+        self.links: list[Link] = []
+
+    def add(self, count: int, kind: str, tier: str) -> int:
+        base = len(self.nodes)
+        self.nodes.extend(Node(base + i, kind, tier) for i in range(count))
+        return base
+
+    def cable(self, a: int, b: int, rate: Rate, delay: Rate, kind: str, er: float) -> None:
+        n = len(self.links)
+        self.links.append(Link(n, a, b, rate.value, delay.value, kind, er, rate.text, delay.text))
+        self.links.append(Link(n + 1, b, a, rate.value, delay.value, kind, er, rate.text, delay.text))
+
+
+def _need(cond: bool, msg: str) -> None:
+    if not cond:
+        raise TopoError(msg)
+
+
+def build_fabric(spec: FabricSpec, name: str = "") -> Topology:
+    G, gps = spec.gpus, spec.gpus_per_server
+    _need(G > 0, f"{_flag(spec, 'gpus')}: GPU count must be > 0, got {G}")
+    _need(gps > 0, f"{_flag(spec, 'gpus_per_server')}: GPUs per server must be > 0, got {gps}")
+    _need(G % gps == 0, f"{_flag(spec, 'gpus')}: {G} GPUs is not a multiple of "
+          f"{_flag(spec, 'gpus_per_server')} {gps}")
+    notes: list[str] = []
+    servers = G // gps
+    dom = spec.nvlink_domain_size or gps
+    if spec.host == "pcie":
+        dom = 1
+    else:
+        _need(dom % gps == 0 and G % dom == 0,
+              f"nvlink_domain_size: {dom} must be a multiple of GPUs per server {gps} and divide {G} GPUs")
+    b = _Builder()
+    b.add(G, "gpu", "gpu")
+    er = spec.error_rate
+
+    # ---- host-side switches ----
+    host_links: list[list[tuple[int, Rate, Rate, str]]] = [[] for _ in range(G)]
+    if spec.host == "simai":
+        n = spec.nvswitch_count
+        _need(n >= 0, "nvswitch_per_server: must be >= 0")
+        if n and dom == gps:
+            base = b.add(servers * n, "nvswitch", "nvswitch")
+            for g in range(G):
+                s = g // gps
+                host_links[g] = [(base + s * n + k, spec.nvlink, spec.nvlink_latency, "nvlink") for k in range(n)]
+        elif n:
+            domains = G // dom
+            base = b.add(domains * n, "nvswitch", "nvswitch")
+            for g in range(G):
+                d = g // dom
+                host_links[g] = [(base + d * n + k, spec.nvlink, spec.nvlink_latency, "nvlink") for k in range(n)]
+    elif spec.host == "chips":
+        n = spec.nvswitch_count
+        _need(n >= 1, "nvswitch_chips: must be >= 1")
+        domains = G // dom
+        base = b.add(domains * n, "nvswitch", "nvswitch")
+        per_chip = Rate(spec.nvlink.value / n, _fmt_rate(spec.nvlink.value / n))
+        for g in range(G):
+            d = g // dom
+            host_links[g] = [(base + d * n + k, per_chip, spec.nvlink_latency, "nvlink") for k in range(n)]
+    elif spec.host == "pcie":
+        p = spec.pcie_switches_per_server
+        _need(p >= 1 and gps % p == 0, f"pcie_switches_per_server: {p} must divide GPUs per server {gps}")
+        pcie_base = b.add(servers * p, "switch", "pcie")
+        for g in range(G):
+            s, i = divmod(g, gps)
+            host_links[g] = [(pcie_base + s * p + i // (gps // p), spec.pcie, spec.pcie_latency, "pcie")]
+    else:
+        raise TopoError(f"host: unknown server model '{spec.host}' (simai, chips, pcie)")
+
+    # ---- NICs ----
+    use_nics = spec.nics or spec.host == "pcie"
+    if use_nics:
+        k = spec.gpus_per_nic
+        _need(k >= 1 and gps % k == 0, f"gpus_per_nic: {k} must divide GPUs per server {gps}")
+        rails = gps // k
+        if spec.host == "pcie":
+            _need(rails % spec.pcie_switches_per_server == 0,
+                  f"gpus_per_nic: {rails} NICs per server must be a multiple of pcie_switches_per_server "
+                  f"{spec.pcie_switches_per_server}")
+        nic_base = b.add(servers * rails, "nic", "nic") if spec.network else -1
+    else:
+        rails = gps
+        nic_base = -1
+    n_ep = servers * rails  # network endpoints (GPUs or NICs)
+
+    # ---- network ----
+    ep_tor: list[list[int]] = []
+    asw_psw: list[tuple[int, int]] = []
+    psw_core: list[tuple[int, int, Rate]] = []
+    if spec.network and spec.fat_tree_k:
+        ep_tor, asw_psw, psw_core = _fat_tree(spec, b, n_ep)
+    elif spec.network:
+        ep_tor, asw_psw, psw_core = _clos(spec, b, n_ep, rails, notes)
+
+    # ---- cables in SimAI order ----
+    for g in range(G):
+        for (sw, rate, lat, kind) in host_links[g]:
+            b.cable(g, sw, rate, lat, kind, er)
+        if spec.network and not use_nics:
+            for tor in ep_tor[g]:
+                b.cable(g, tor, spec.nic, spec.latency, "network", er)
+        elif spec.network and spec.host != "pcie":
+            s, i = divmod(g, gps)
+            b.cable(g, nic_base + s * rails + i // spec.gpus_per_nic, spec.pcie, spec.pcie_latency, "pcie", er)
+    if spec.host == "pcie":
+        p = spec.pcie_switches_per_server
+        for s in range(servers):
+            for x in range(p):
+                for y in range(x + 1, p):
+                    b.cable(pcie_base + s * p + x, pcie_base + s * p + y, spec.pcie, spec.pcie_latency, "pcie", er)
+    if use_nics and spec.network:
+        for e in range(n_ep):
+            nic = nic_base + e
+            if spec.host == "pcie":
+                s, j = divmod(e, rails)
+                p = spec.pcie_switches_per_server
+                b.cable(nic, pcie_base + s * p + j // (rails // p), spec.pcie, spec.pcie_latency, "pcie", er)
+            for tor in ep_tor[e]:
+                b.cable(nic, tor, spec.nic, spec.latency, "network", er)
+    for a, p_ in asw_psw:
+        b.cable(a, p_, spec.asw_psw, spec.latency, "network", er)
+    for p_, c, rate in psw_core:
+        b.cable(p_, c, rate, spec.latency, "network", er)
+    return Topology(G, gps, spec.gpu_type, dom, tuple(b.nodes), tuple(b.links), name=name, notes=tuple(notes))
+
+
+def _flag(spec: FabricSpec, field: str) -> str:
+    simai = {"gpus": "-g", "gpus_per_server": "-gps", "nics_per_asw": "-npa", "asw_per_psw": "-app",
+             "psw_per_pod": "-psn"}
+    return simai[field] if spec.label == "simai" else field
+
+
+def _fmt_rate(bandwidth_Bps: float) -> str:
+    from topo.units import format_rate
+    return format_rate(bandwidth_Bps)
+
+
+def _clos(spec: FabricSpec, b: _Builder, n_ep: int, rails: int, notes: list[str]):
+    """ToR / spine / core wiring. Returns (ToRs per endpoint, ASW-PSW pairs, PSW-core triples)."""
+    npa, app, psn = spec.nics_per_asw, spec.asw_per_psw, spec.psw_per_pod
+    _need(npa >= 1, f"{_flag(spec, 'nics_per_asw')}: must be >= 1")
+    _need(psn >= 1, f"{_flag(spec, 'psw_per_pod')}: must be >= 1")
+    banks = 2 if spec.dual_tor else 1
+    planes = 2 if spec.dual_plane else 1
+    _need(not spec.dual_plane or spec.dual_tor, "dual_plane: needs dual ToR (--dt)")
+    _need(psn % planes == 0, f"{_flag(spec, 'psw_per_pod')}: {psn} PSWs cannot be split into 2 planes")
+    if spec.rail_optimized:
+        seg_eps = npa * rails
+        asw_per_seg = rails
+        max_seg = app // rails          # SimAI: segments <= app / gps
+    else:
+        seg_eps = npa
+        asw_per_seg = 1
+        max_seg = app                   # SimAI: segments <= app
+    segments = -(-n_ep // seg_eps)
+    if spec.asw_requested is not None and spec.asw_requested != segments * asw_per_seg * banks:
+        notes.append(f"ASW count corrected from {spec.asw_requested} to {segments * asw_per_seg * banks} "
+                     f"({segments} segment(s) x {asw_per_seg * banks} ASWs)")
+    per_pod = spec.segments_per_pod or max_seg
+    _need(per_pod >= 1, f"{_flag(spec, 'asw_per_psw')}: {app} ASWs per PSW cannot hold one segment of "
+          f"{asw_per_seg} ASWs")
+    pods = spec.pods or -(-segments // per_pod)
+    if spec.pods:
+        per_pod = -(-segments // pods)
+        _need(per_pod <= max_seg, f"pods: {segments} segments of {seg_eps} endpoints do not fit in {pods} "
+              f"pod(s) of at most {max_seg} segments ({_flag(spec, 'asw_per_psw')} {app})")
+    if pods > 1 and not spec.core:
+        raise TopoError(f"{_flag(spec, 'gpus')}: {spec.gpus} GPUs need {segments} segments of {seg_eps} "
+                        f"endpoints but one pod holds at most {max_seg} ({_flag(spec, 'asw_per_psw')} {app}"
+                        + (f" / {rails} rails" if spec.rail_optimized else "")
+                        + "); pod capacity exceeded, use the multi-pod template")
+    pod_segs = [min(per_pod, segments - p * per_pod) for p in range(pods)]
+    _need(all(s > 0 for s in pod_segs), f"pods: {pods} pods for {segments} segments leaves a pod empty")
+
+    # ASWs pod by pod, bank 1 then bank 2 inside a pod
+    asw_base: list[int] = []
+    for p in range(pods):
+        asw_base.append(b.add(pod_segs[p] * asw_per_seg * banks, "switch", "asw"))
+    psw_base = [b.add(psn, "switch", "psw") for _ in range(pods)]
+    ep_tor: list[list[int]] = []
+    seg_start = 0
+    for p in range(pods):
+        bank_size = pod_segs[p] * asw_per_seg
+        lo = seg_start * seg_eps
+        hi = min(n_ep, (seg_start + pod_segs[p]) * seg_eps)
+        for e in range(lo, hi):
+            local = e - lo
+            if spec.rail_optimized:
+                idx = (local // seg_eps) * rails + local % rails
+            else:
+                idx = local // npa
+            ep_tor.append([asw_base[p] + bank * bank_size + idx for bank in range(banks)])
+        seg_start += pod_segs[p]
+    asw_psw: list[tuple[int, int]] = []
+    half = psn // planes
+    for p in range(pods):
+        bank_size = pod_segs[p] * asw_per_seg
+        for bank in range(banks):
+            for a in range(bank_size):
+                asw = asw_base[p] + bank * bank_size + a
+                plane = bank if planes == 2 else 0
+                lo = psw_base[p] + plane * half
+                for q in range(lo, lo + (half if planes == 2 else psn)):
+                    asw_psw.append((asw, q))
+    psw_core: list[tuple[int, int, Rate]] = []
+    if pods > 1 or spec.core:
+        ratio = spec.core_oversubscription
+        _need(ratio > 0, f"core_oversubscription: must be > 0, got {ratio}")
+        # a PSW's downlinks: every ASW of its plane in its pod, at the ASW-PSW rate
+        down = [pod_segs[p] * asw_per_seg * (1 if planes == 2 else banks) for p in range(pods)]
+        up_ports = math.ceil(max(down) / ratio)
+        per_group = max(1, math.ceil(pods * up_ports / spec.core_radix))
+        core_base = b.add(psn * per_group, "switch", "csw")
+        for p in range(pods):
+            up_bw = down[p] * spec.asw_psw.value / ratio / per_group
+            rate = Rate(up_bw, _fmt_rate(up_bw))
+            for j in range(psn):
+                for c in range(per_group):
+                    psw_core.append((psw_base[p] + j, core_base + j * per_group + c, rate))
+        notes.append(f"core tier: {psn} groups x {per_group} core switches, PSW uplink = downlink / {ratio:g}")
+    return ep_tor, asw_psw, psw_core
+
+
+def _fat_tree(spec: FabricSpec, b: _Builder, n_ep: int):
+    """k-ary fat-tree (Al-Fares): k pods of k/2 edge + k/2 aggregation switches, (k/2)^2 cores,
+    k^3/4 endpoints at most; edge = "asw", aggregation = "psw", core = "csw". Pods without
+    endpoints are not built."""
+    k = spec.fat_tree_k
+    _need(k >= 2 and k % 2 == 0, f"k: fat-tree arity must be even and >= 2, got {k}")
+    h = k // 2
+    _need(n_ep <= k * h * h, f"gpus: {n_ep} endpoints exceed a k={k} fat-tree ({k * h * h} hosts)")
+    pods = -(-n_ep // (h * h))
+    edge = b.add(pods * h, "switch", "asw")
+    agg = b.add(pods * h, "switch", "psw")
+    core = b.add(h * h, "switch", "csw")
+    ep_tor = [[edge + e // h] for e in range(n_ep)]
+    asw_psw = [(edge + p * h + i, agg + p * h + j) for p in range(pods) for i in range(h) for j in range(h)]
+    rate = spec.asw_psw
+    psw_core = [(agg + p * h + j, core + j * h + m, rate) for p in range(pods) for j in range(h) for m in range(h)]
+    return ep_tor, asw_psw, psw_core

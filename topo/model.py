@@ -1,0 +1,239 @@
+"""Topology data model: nodes, directed links, and GPU lookups.
+
+A cable is two directed links with consecutive ids (2k: as written, 2k+1: reverse); this keeps the
+one-line-per-cable mapping of SimAI files so that a file read and written back is unchanged.
+
+Node kinds: "gpu", "nvswitch", "nic", "switch". Tiers: "gpu", "nvswitch", "nic", "pcie" (a PCIe
+switch inside a server), and for network switches "asw" (ToR / leaf / edge), "psw" (spine /
+aggregation, one pod), "csw" (core, across pods), "t4"... above. Link kinds: "nvlink", "pcie",
+"network". Bandwidths are bytes/s in one direction, latencies seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+NODE_KINDS = ("gpu", "nvswitch", "nic", "switch")
+LINK_KINDS = ("nvlink", "pcie", "network")
+NETWORK_TIERS = ("asw", "psw", "csw")
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    id: int
+    kind: str   # "gpu" | "nvswitch" | "nic" | "switch"
+    tier: str   # "gpu" | "nvswitch" | "nic" | "pcie" | "asw" | "psw" | "csw" | "t<n>"
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    id: int
+    src: int
+    dst: int
+    bandwidth_Bps: float
+    latency_s: float
+    kind: str                      # "nvlink" | "pcie" | "network"
+    error_rate: float = 0.0
+    # ns-3 strings as written / read (so files round-trip byte for byte); not part of equality
+    rate_text: str = field(default="", compare=False, repr=False)
+    delay_text: str = field(default="", compare=False, repr=False)
+
+
+def is_host_side(node: Node) -> bool:
+    """Nodes inside a server / NVLink domain: NVSwitch chips, PCIe switches and NICs."""
+    return node.kind in ("nvswitch", "nic") or node.tier == "pcie"
+
+
+def is_network_switch(node: Node) -> bool:
+    return node.kind == "switch" and node.tier != "pcie"
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A cluster: GPUs 0..num_gpus-1 first, then host-side switches, NICs, network switches.
+
+    `nvlink_domain_size` is the number of GPUs that reach each other over NVLink (the server for
+    HGX boxes, 36/72 for NVL racks, 1 for PCIe-only servers).
+    """
+
+    num_gpus: int
+    gpus_per_server: int
+    gpu_type: str
+    nvlink_domain_size: int
+    nodes: tuple[Node, ...]
+    links: tuple[Link, ...]
+    name: str = field(default="", compare=False)
+    notes: tuple[str, ...] = field(default=(), compare=False)
+    _cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    # ---- sizes -------------------------------------------------------------------------------
+    @property
+    def num_servers(self) -> int:
+        return -(-self.num_gpus // self.gpus_per_server)
+
+    @property
+    def num_cables(self) -> int:
+        return len(self.links) // 2
+
+    def nodes_of_tier(self, tier: str) -> list[int]:
+        return [n.id for n in self.nodes if n.tier == tier]
+
+    def network_tiers(self) -> list[str]:
+        """Network switch tiers from the GPUs upward (e.g. ["asw", "psw", "csw"])."""
+        seen: dict[str, None] = {}
+        for n in self.nodes:
+            if is_network_switch(n):
+                seen.setdefault(n.tier, None)
+        return sorted(seen, key=tier_rank)
+
+    # ---- adjacency (lazy, cached) --------------------------------------------------------------
+    def out_links(self, node: int) -> list[Link]:
+        adj = self._cache.get("out")
+        if adj is None:
+            adj = [[] for _ in self.nodes]
+            for link in self.links:
+                adj[link.src].append(link)
+            self._cache["out"] = adj
+        return adj[node]
+
+    # ---- GPU lookups ---------------------------------------------------------------------------
+    def _check_gpu(self, gpu: int) -> None:
+        if not 0 <= gpu < self.num_gpus:
+            raise IndexError(f"GPU {gpu} out of range 0..{self.num_gpus - 1}")
+
+    def server_of(self, gpu: int) -> int:
+        self._check_gpu(gpu)
+        return gpu // self.gpus_per_server
+
+    def gpus_of_server(self, server: int) -> range:
+        lo = server * self.gpus_per_server
+        return range(lo, min(lo + self.gpus_per_server, self.num_gpus))
+
+    def nvlink_domain_of(self, gpu: int) -> int:
+        """Index of the NVLink domain (GPUs joined through NVSwitch nodes); numbered by lowest GPU."""
+        self._check_gpu(gpu)
+        dom = self._cache.get("domain")
+        if dom is None:
+            dom = _nvlink_domains(self)
+            self._cache["domain"] = dom
+        return dom[gpu]
+
+    def tors_of(self, gpu: int) -> tuple[int, ...]:
+        """Network switches a GPU reaches first (through its NIC / PCIe switch when modelled)."""
+        self._check_gpu(gpu)
+        return tuple(sorted({p[-1] for p in self.gpu_ports(gpu)}))
+
+    def tor_of(self, gpu: int) -> int:
+        """The first (lowest id) ToR of a GPU; -1 for a GPU without a network link."""
+        tors = self.tors_of(gpu)
+        return tors[0] if tors else -1
+
+    def rail_of(self, gpu: int) -> int:
+        """Rail = index of the GPU's NIC within its server (the GPU's local index when the GPU is
+        its own NIC endpoint, as in SimAI)."""
+        self._check_gpu(gpu)
+        rails = self._cache.get("rail")
+        if rails is None:
+            rails = _rails(self)
+            self._cache["rail"] = rails
+        return rails[gpu]
+
+    def nic_rail(self, nic: int) -> int:
+        """Rail (index within its server) of a NIC node; -1 if no GPU uses it."""
+        if "nic_rail" not in self._cache:
+            self._cache["rail"] = _rails(self)
+        return self._cache.get("nic_rail", {}).get(nic, -1)
+
+    def gpu_ports(self, gpu: int) -> list[tuple[int, ...]]:
+        """Shortest host-side exits of a GPU: node paths (gpu, [pcie..., nic], network switch)."""
+        ports = self._cache.setdefault("ports", {})
+        got = ports.get(gpu)
+        if got is None:
+            got = _ports(self, gpu)
+            ports[gpu] = got
+        return got
+
+
+def tier_rank(tier: str) -> int:
+    if tier in NETWORK_TIERS:
+        return NETWORK_TIERS.index(tier)
+    if tier.startswith("t") and tier[1:].isdigit():
+        return int(tier[1:]) - 1
+    return 99
+
+
+def tier_name(level: int) -> str:
+    """Network tier name of level 1, 2, 3, ... (1 = attached to GPUs / NICs)."""
+    return NETWORK_TIERS[level - 1] if level <= len(NETWORK_TIERS) else f"t{level}"
+
+
+def _nvlink_domains(t: Topology) -> list[int]:
+    parent = list(range(len(t.nodes)))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for link in t.links:
+        if link.kind == "nvlink":
+            a, b = find(link.src), find(link.dst)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    label: dict[int, int] = {}
+    out = []
+    for g in range(t.num_gpus):
+        r = find(g)
+        out.append(label.setdefault(r, len(label)))
+    return out
+
+
+def _ports(t: Topology, gpu: int) -> list[tuple[int, ...]]:
+    """BFS from the GPU through PCIe switches / NICs (a NIC only forwards host -> network) to the
+    first network switches; keep the shortest exits."""
+    nodes = t.nodes
+    frontier = [(gpu,)]
+    seen = {gpu}
+    while frontier:
+        found: list[tuple[int, ...]] = []
+        nxt: list[tuple[int, ...]] = []
+        for path in frontier:
+            here = nodes[path[-1]]
+            for link in t.out_links(path[-1]):
+                v = nodes[link.dst]
+                if is_network_switch(v):
+                    found.append(path + (v.id,))
+                elif v.id not in seen and (v.kind == "nic" or v.tier == "pcie") and here.kind != "nic":
+                    seen.add(v.id)
+                    nxt.append(path + (v.id,))
+        if found:
+            return found
+        frontier = nxt
+    return []
+
+
+def _rails(t: Topology) -> list[int]:
+    rails = []
+    nic_index: dict[int, int] = {}
+    done: set[int] = set()
+    for g in range(t.num_gpus):
+        ports = t.gpu_ports(g)
+        nics = sorted({p[-2] for p in ports if len(p) > 2 and t.nodes[p[-2]].kind == "nic"})
+        if not nics:
+            rails.append(g % t.gpus_per_server)
+            continue
+        server = g // t.gpus_per_server
+        if server not in done:
+            # NICs of this server in id order define the rails
+            found = set()
+            for h in t.gpus_of_server(server):
+                for p in t.gpu_ports(h):
+                    if len(p) > 2 and t.nodes[p[-2]].kind == "nic":
+                        found.add(p[-2])
+            for i, nic in enumerate(sorted(found)):
+                nic_index[nic] = i
+            done.add(server)
+        rails.append(nic_index[nics[0]])
+    t._cache["nic_rail"] = dict(nic_index)
+    return rails

@@ -1,0 +1,308 @@
+"""Routes between GPUs: equal-cost shortest paths with deterministic ECMP (SimAI semantics).
+
+- GPUs never forward (hosts are endpoints); NICs forward only between their host side and the
+  network; switches forward.
+- Inside one NVLink domain / PCIe server (GPUs joined by NVSwitch or PCIe switches) the route stays
+  there: NVLink (or PCIe P2P) is preferred, as SimAI and NCCL do.
+- Between domains: a GPU leaves through its nearest NIC(s)/ToR(s); among all shortest
+  switch-level paths one is chosen per hop by a hash of (src, dst, flow_key, hop), so a given flow
+  always takes the same path and different flow keys spread over the equal-cost paths.
+- Optional PXN (NCCL's PCIe x NVLink): when the destination sits on another rail, first move over
+  NVLink to the source-domain GPU on the destination's rail, then cross the network on that rail.
+
+Memory/speed: nothing is computed for all pairs. Distances towards a destination switch are one
+vectorised BFS over the switch graph (cached per destination ToR); next-hop candidate sets are
+cached per (switch, destination ToR).
+"""
+
+from __future__ import annotations
+
+from array import array
+
+import numpy as np
+
+from topo.model import Topology, is_network_switch
+
+_M64 = (1 << 64) - 1
+
+
+def _mix(a: int, b: int, c: int, d: int) -> int:
+    """Deterministic 64-bit hash (splitmix64 finaliser over a combined word)."""
+    h = (a * 0x9E3779B97F4A7C15 + b * 0xC2B2AE3D27D4EB4F + c * 0x165667B19E3779F9 + d * 0x27D4EB2F165667C5) & _M64
+    h ^= h >> 30
+    h = (h * 0xBF58476D1CE4E5B9) & _M64
+    h ^= h >> 27
+    h = (h * 0x94D049BB133111EB) & _M64
+    return h ^ (h >> 31)
+
+
+class Router:
+    """`Router(topology, pxn=False).path(src_gpu, dst_gpu, flow_key=0) -> tuple of link ids`."""
+
+    def __init__(self, topology: Topology, pxn: bool = False) -> None:
+        t = topology
+        self.topology = t
+        self.pxn = pxn
+        n = len(t.nodes)
+        self._is_net = np.array([is_network_switch(x) for x in t.nodes], dtype=bool)
+        self._is_hostsw = [x.kind == "nvswitch" or x.tier == "pcie" for x in t.nodes]
+        # compact index over network switches
+        sw_ids = np.flatnonzero(self._is_net)
+        self._sw_index = np.full(n, -1, dtype=np.int64)
+        self._sw_index[sw_ids] = np.arange(len(sw_ids))
+        self._sw_ids = sw_ids
+        links = t.links
+        src = np.fromiter((lk.src for lk in links), dtype=np.int64, count=len(links))
+        dst = np.fromiter((lk.dst for lk in links), dtype=np.int64, count=len(links))
+        both = self._is_net[src] & self._is_net[dst]
+        lid = np.flatnonzero(both)
+        s_c = self._sw_index[src[lid]]
+        d_c = self._sw_index[dst[lid]]
+        m = len(sw_ids)
+        # reverse CSR (into each switch) for BFS towards a destination
+        order = np.argsort(d_c, kind="stable")
+        self._in_ptr = np.searchsorted(d_c[order], np.arange(m + 1))
+        self._in_src = s_c[order]
+        # forward CSR (out of each switch) for walking
+        order = np.argsort(s_c, kind="stable")
+        self._out_ptr = np.searchsorted(s_c[order], np.arange(m + 1))
+        self._out_dst = d_c[order]
+        self._out_lid = lid[order]
+        self._out_src = s_c[order]
+        self._dist: dict[int, np.ndarray] = {}
+        self._route: dict[int, tuple[array, array, array, array]] = {}
+        self._idx = self._sw_index.tolist()
+        self._ports: dict[int, list[tuple[tuple[int, ...], int]]] = {}
+        self._rports: dict[int, list[tuple[tuple[int, ...], int]]] = {}
+        self._host_out: dict[int, list[tuple[int, int]]] = {}
+        self._host_in: dict[int, dict[int, int]] = {}
+        self._comp = _host_components(t, self._is_hostsw)
+
+    # ---------------------------------------------------------------------------------------
+    def path(self, src_gpu: int, dst_gpu: int, flow_key: int = 0) -> tuple[int, ...]:
+        """Link ids from src_gpu to dst_gpu (empty for src == dst)."""
+        t = self.topology
+        if not (0 <= src_gpu < t.num_gpus and 0 <= dst_gpu < t.num_gpus):
+            raise IndexError(f"GPU pair ({src_gpu}, {dst_gpu}) out of range 0..{t.num_gpus - 1}")
+        if src_gpu == dst_gpu:
+            return ()
+        if self._comp[src_gpu] == self._comp[dst_gpu] and self._comp[src_gpu] >= 0:
+            hp = self._host_path(src_gpu, dst_gpu, flow_key)
+            if hp is not None:
+                return hp
+        if self.pxn:
+            proxy = self._pxn_proxy(src_gpu, dst_gpu)
+            if proxy is not None:
+                first = self._host_path(src_gpu, proxy, flow_key)
+                if first is not None:
+                    return first + self._net_path(proxy, dst_gpu, flow_key, src_gpu)
+        return self._net_path(src_gpu, dst_gpu, flow_key, src_gpu)
+
+    def hops(self, src_gpu: int, dst_gpu: int) -> int:
+        return len(self.path(src_gpu, dst_gpu))
+
+    def same_nvlink_domain(self, a: int, b: int) -> bool:
+        return self._comp[a] == self._comp[b] and self._comp[a] >= 0
+
+    # ---- inside a server / NVLink domain ----------------------------------------------------
+    def _hout(self, g: int) -> list[tuple[int, int]]:
+        got = self._host_out.get(g)
+        if got is None:
+            got = [(lk.id, lk.dst) for lk in self.topology.out_links(g) if self._is_hostsw[lk.dst]]
+            self._host_out[g] = got
+        return got
+
+    def _hin(self, g: int) -> dict[int, int]:
+        got = self._host_in.get(g)
+        if got is None:
+            got = {}
+            for lid, sw in self._hout(g):
+                for lk in self.topology.out_links(sw):
+                    if lk.dst == g:
+                        got.setdefault(sw, lk.id)
+                        break
+            self._host_in[g] = got
+        return got
+
+    def _host_path(self, a: int, b: int, key: int) -> tuple[int, ...] | None:
+        hin = self._hin(b)
+        cands = [(l1, hin[sw]) for l1, sw in self._hout(a) if sw in hin]
+        if cands:
+            l1, l2 = cands[_mix(a, b, key, 1) % len(cands)] if len(cands) > 1 else cands[0]
+            return (l1, l2)
+        return self._host_bfs(a, b, key)
+
+    def _host_bfs(self, a: int, b: int, key: int) -> tuple[int, ...] | None:
+        """Shortest path through host-side switches only (e.g. PCIe switch -> CPU -> PCIe switch)."""
+        t = self.topology
+        preds: dict[int, list[tuple[int, int]]] = {a: []}
+        frontier = [a]
+        found = False
+        while frontier and not found:
+            layer: dict[int, list[tuple[int, int]]] = {}
+            for u in frontier:
+                for lk in t.out_links(u):
+                    v = lk.dst
+                    if v in preds:
+                        continue
+                    if v == b or self._is_hostsw[v]:
+                        layer.setdefault(v, []).append((lk.id, u))
+            preds.update(layer)
+            found = b in layer
+            frontier = [v for v in layer if v != b]
+        if not found:
+            return None
+        out: list[int] = []
+        v = b
+        hop = 0
+        while v != a:
+            ps = preds[v]
+            lid, u = ps[_mix(a, b, key, 100 + hop) % len(ps)] if len(ps) > 1 else ps[0]
+            out.append(lid)
+            v = u
+            hop += 1
+        return tuple(reversed(out))
+
+    # ---- across the network ------------------------------------------------------------------
+    def _link_between(self, a: int, b: int) -> int:
+        for lk in self.topology.out_links(a):
+            if lk.dst == b:
+                return lk.id
+        raise KeyError((a, b))
+
+    def _src_ports(self, g: int) -> list[tuple[tuple[int, ...], int]]:
+        got = self._ports.get(g)
+        if got is None:
+            got = []
+            for nodes in self.topology.gpu_ports(g):
+                got.append((tuple(self._link_between(x, y) for x, y in zip(nodes, nodes[1:])), nodes[-1]))
+            self._ports[g] = got
+        return got
+
+    def _dst_ports(self, g: int) -> list[tuple[tuple[int, ...], int]]:
+        got = self._rports.get(g)
+        if got is None:
+            got = []
+            for nodes in self.topology.gpu_ports(g):
+                rev = nodes[::-1]
+                got.append((tuple(self._link_between(x, y) for x, y in zip(rev, rev[1:])), nodes[-1]))
+            self._rports[g] = got
+        return got
+
+    def dist_to(self, switch: int) -> np.ndarray:
+        """Hop counts from every network switch (compact index) to `switch`; -1 = unreachable."""
+        d = self._dist.get(switch)
+        if d is not None:
+            return d
+        m = len(self._sw_ids)
+        dist = np.full(m, -1, dtype=np.int32)
+        c = int(self._sw_index[switch])
+        dist[c] = 0
+        frontier = np.array([c], dtype=np.int64)
+        level = 0
+        ptr, src = self._in_ptr, self._in_src
+        while frontier.size:
+            level += 1
+            starts = ptr[frontier]
+            counts = ptr[frontier + 1] - starts
+            total = int(counts.sum())
+            if total == 0:
+                break
+            offs = np.repeat(starts - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
+            mark = np.zeros(m, dtype=bool)
+            mark[src[offs + np.arange(total)]] = True
+            nb = np.flatnonzero(mark & (dist < 0))
+            dist[nb] = level
+            frontier = nb
+        self._dist[switch] = dist
+        return dist
+
+    def _towards(self, switch: int) -> tuple[array, array, array, array]:
+        """Per destination switch: distances and the next-hop edges (CSR by switch) of all
+        shortest paths towards it."""
+        got = self._route.get(switch)
+        if got is None:
+            dist = self.dist_to(switch)
+            src_c = self._out_src
+            ok = (dist[self._out_dst] == dist[src_c] - 1) & (dist[src_c] > 0)
+            sel = np.flatnonzero(ok)
+            ptr = np.searchsorted(src_c[sel], np.arange(len(self._sw_ids) + 1)).astype(np.int64)
+            # array.array: indexing yields Python ints several times faster than numpy scalars
+            got = (array("l", dist.astype(np.int64).tobytes()), array("l", ptr.tobytes()),
+                   array("l", self._out_lid[sel].astype(np.int64).tobytes()),
+                   array("l", self._out_dst[sel].astype(np.int64).tobytes()))
+            self._route[switch] = got
+        return got
+
+    def _net_path(self, a: int, b: int, key: int, origin: int) -> tuple[int, ...]:
+        sp, dp = self._src_ports(a), self._dst_ports(b)
+        if not sp or not dp:
+            raise ValueError(f"no route from GPU {a} to GPU {b}: "
+                             f"{'source' if not sp else 'destination'} has no network link")
+        best = None
+        cands: list[tuple[tuple[int, ...], int, tuple[int, ...], int]] = []
+        idx = self._idx
+        for pre, s_sw in sp:
+            for suf, d_sw in dp:
+                dd = self._towards(d_sw)[0][idx[s_sw]]
+                if dd < 0:
+                    continue
+                cost = len(pre) + dd + len(suf)
+                if best is None or cost < best:
+                    best = cost
+                    cands = [(pre, s_sw, suf, d_sw)]
+                elif cost == best:
+                    cands.append((pre, s_sw, suf, d_sw))
+        if not cands:
+            raise ValueError(f"no route from GPU {a} to GPU {b}: network not connected")
+        pre, s_sw, suf, d_sw = cands[_mix(origin, b, key, 7) % len(cands)] if len(cands) > 1 else cands[0]
+        out = list(pre)
+        x, y = idx[s_sw], idx[d_sw]
+        _, ptr, nlid, ndst = self._towards(d_sw)
+        hop = 0
+        while x != y:
+            lo = ptr[x]
+            n = ptr[x + 1] - lo
+            k = lo + (_mix(origin, b, key, 11 + hop) % n if n > 1 else 0)
+            out.append(nlid[k])
+            x = ndst[k]
+            hop += 1
+        out.extend(suf)
+        return tuple(out)
+
+    # ---- PXN ----------------------------------------------------------------------------------
+    def _pxn_proxy(self, a: int, b: int) -> int | None:
+        t = self.topology
+        rail = t.rail_of(b)
+        if t.rail_of(a) == rail:
+            return None
+        for g in t.gpus_of_server(t.server_of(a)):
+            if g != a and t.rail_of(g) == rail and self._comp[g] == self._comp[a] and self._comp[a] >= 0:
+                return g
+        return None
+
+
+def _host_components(t: Topology, is_hostsw: list[bool]) -> list[int]:
+    """Per GPU: id of the set of GPUs joined through NVSwitch / PCIe switches (-1: none)."""
+    parent = list(range(len(t.nodes)))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    G = t.num_gpus
+    for lk in t.links:
+        if lk.kind == "network":
+            continue
+        a, b = lk.src, lk.dst
+        if (a < G or is_hostsw[a]) and (b < G or is_hostsw[b]):
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+    out = []
+    for g in range(G):
+        r = find(g)
+        out.append(r if r != g or any(is_hostsw[lk.dst] for lk in t.out_links(g)) else -1)
+    return out
