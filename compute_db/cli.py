@@ -250,6 +250,8 @@ def _workload_from_args(args):
         return generate(_load_model(args.model), load_plan(args.plan))
     except WorkloadError as exc:
         raise ComputeDBError(str(exc)) from None
+    except ImportError as exc:
+        raise ComputeDBError(f"workload generator not available in this installation ({exc})") from None
 
 
 def cmd_measure(args) -> int:

@@ -24,8 +24,8 @@ import numpy as np
 from compute_db import gpus as gpu_table
 from compute_db import roofline, store
 from compute_db.errors import ComputeDBError
-from compute_db.interpolate import LineIndex
-from compute_db.keys import COMPUTE_BOUND_FAMILIES, FAMILY, KernelKey, gemm_equivalent, key_of, work
+from compute_db.interpolate import ClassIndex
+from compute_db.keys import COMPUTE_BOUND_FAMILIES, FAMILY, KernelKey, gemm_equivalent, key_of
 
 SHIPPED_DB = Path(__file__).resolve().parent / "data" / "kernels.sqlite"
 SOURCES = ("measured", "interpolated", "modeled", "given")
@@ -125,7 +125,7 @@ class ComputeDB:
             cls, dims = class_of(k)
             class_pts[cls][dims].append(t)
             fit_pts[fit_class(k)].append((k, t))
-        lines = {cls: LineIndex({d: float(np.median(ts)) for d, ts in pts.items()})
+        lines = {cls: ClassIndex({d: float(np.median(ts)) for d, ts in pts.items()})
                  for cls, pts in class_pts.items()}
         data = {"exact": exact, "lines": lines, "fit_pts": fit_pts}
         self._loaded[gpu] = data
@@ -184,23 +184,19 @@ class ComputeDB:
             for g in candidates + [g for g in rest if g not in candidates]:
                 fit = self._fit_on(g, ("elementwise", "any", ""))
                 if fit is not None:
-                    fit = roofline.FamilyFit(fam, fit.e, fit.x0, fit.t0, fit.em, fit.p,
+                    # its size saturation does not transfer to other dims: bandwidth and launch time only
+                    fit = roofline.FamilyFit(fam, 0.0, (), fit.t0, fit.em, 1.0,
                                              fit.basis + f" (element-wise stands in for {fam})", fit.n_points)
                     break
         if fit is None:
-            fit = roofline.prior_fit(fam)
-            prior = roofline.prior_for(fam, fcls[2] or "fwd")
-            fit = roofline.FamilyFit(fam, prior["e"], prior["x0"], prior["t0"], prior["em"], prior["p"],
-                                     "prior", 0)
+            fit = roofline.prior_fit(fam, fcls[2] or "fwd")
         self._fits[ck] = fit
         return fit
 
     def model_time(self, key: KernelKey, gpu: str) -> tuple[float, str]:
         spec = self.gpu(gpu)
         fit = self.family_fit(spec.name, key)
-        flops, byts = work(key)
-        dims = roofline.compute_dims(key) if fit.x0 else ()
-        t = roofline.predict(fit, flops, byts, dims, spec.peak_flops[key.dtype], spec.hbm_Bps)
+        t = roofline.predict(fit, key, spec.peak_flops[key.dtype], spec.hbm_Bps)
         return t, f"roofline {fit.basis} on {spec.name} spec"
 
     # ------------------------------------------------------------------ lookups
@@ -227,17 +223,15 @@ class ComputeDB:
                 cls, dims = class_of(key)
                 index = data["lines"].get(cls)
                 if index is not None:
-                    got = index.interpolate(dims)
+                    got = index.predict(dims, lambda d: self.model_time(_with_dims(key, cls, d), name)[0])
                     if got is not None:
-                        result = KernelTime(got[0], "interpolated", f"log-space line interpolation, {name}")
-                    else:
-                        anchor = index.anchor(dims)
-                        if anchor is not None:
-                            end_dims, end_t = anchor
-                            t_q, basis = self.model_time(key, name)
-                            t_end, _ = self.model_time(_with_dims(key, cls, end_dims), name)
-                            result = KernelTime(t_q * end_t / t_end, "modeled",
-                                                basis + ", anchored to a measured line end")
+                        t, source, n_lines = got
+                        if source == "interpolated":
+                            result = KernelTime(t, source, f"log-space line interpolation, {name}")
+                        else:
+                            _, basis = self.model_time(key, name)
+                            result = KernelTime(t, source, f"{basis}, corrected by {n_lines} measured "
+                                                f"line(s) nearby")
         if result is None:
             t, basis = self.model_time(key, name)
             result = KernelTime(t, "modeled", basis)

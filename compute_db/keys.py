@@ -20,7 +20,11 @@ reuse; e = element size of the dtype):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from compute_db.errors import ComputeDBError
 from workload_gen.workload import COMPUTE_KINDS
@@ -40,8 +44,8 @@ DEFAULT_VARIANTS = ("fwd", "bwd")
 FAMILY = {
     "gemm": "gemm", "grouped_gemm": "gemm", "attn_bmm": "gemm",
     "flash_attn": "flash_attn",
-    "layernorm": "norm", "rmsnorm": "norm",
-    "gelu": "activation", "swiglu": "activation",
+    "layernorm": "layernorm", "rmsnorm": "rmsnorm",   # separate: measured kernels differ ~2x per byte
+    "gelu": "gelu", "swiglu": "swiglu",
     "rotary": "rotary",
     "dropout": "elementwise", "elementwise": "elementwise", "memcpy": "elementwise",
     "softmax": "softmax", "embedding": "embedding", "cross_entropy": "cross_entropy",
@@ -170,84 +174,77 @@ def gemm_equivalent(key: KernelKey) -> tuple[int, int, int, int]:
     raise ComputeDBError(f"kernel {key.kind} is not a GEMM")
 
 
-def attention_work(key: KernelKey) -> tuple[float, float]:
-    """(FLOPs, bytes) of a flash-attention kernel (see module docstring)."""
-    b, sq, skv, h, kvh, dqk, dv = key.dims
-    e = ELEMENT_BYTES[key.dtype]
-    e_io = 2 if key.dtype == "fp8" else e
-    frac = 1.0
-    if key.causal:
-        # unmasked fraction of the sq x skv score matrix (mask aligned to the bottom-right corner)
-        if sq <= skv:
-            frac = (sq * (skv - sq) + sq * (sq + 1) / 2) / (sq * skv)
+def work_of(kind: str, variant: str, dtype: str, causal: bool, d: Mapping[str, Any]) -> tuple[Any, Any]:
+    """(FLOPs, HBM bytes) from shape fields `d` (ints, floats or numpy arrays; see the module docstring).
+
+    Non-decreasing in every field, which keeps the roofline monotone when dimensions are padded.
+    """
+    e = ELEMENT_BYTES[dtype]
+    e_out = 2 if dtype == "fp8" else e
+    bwd = variant == "bwd"
+    if FAMILY[kind] == "gemm":
+        count = d["groups"] if kind == "grouped_gemm" else (d["batch"] if kind == "attn_bmm" else 1)
+        m, n, kk = d["m"], d["n"], d["k"]
+        return 2.0 * count * m * n * kk, count * (e * (m * kk + kk * n) + e_out * m * n)
+    if kind == "flash_attn":
+        b, sq, skv, h, kvh = d["batch"], d["seq_q"], d["seq_kv"], d["heads"], d["kv_heads"]
+        dqk, dv = d["head_dim_qk"], d["head_dim_v"]
+        if causal:
+            # unmasked entries of the sq x skv score matrix, mask aligned to the bottom-right corner
+            a = np.minimum(sq, skv)
+            scores = a * skv - a * (a - 1) / 2
         else:
-            frac = (skv * (skv + 1) / 2) / (sq * skv)
-    flops = 2.0 * b * h * sq * skv * (dqk + dv) * frac
-    q = b * sq * h * dqk
-    kk = b * skv * kvh * dqk
-    v = b * skv * kvh * dv
-    o = b * sq * h * dv
-    if key.variant == "bwd":
-        flops *= FLASH_BWD_FLOP_FACTOR
-        byts = e * (q + kk + v) + e_io * 2 * o + e * (q + kk + v) + 4 * b * h * sq  # + dq,dk,dv + lse
-    else:
-        byts = e * (q + kk + v) + e_io * o + 4 * b * h * sq
-    return flops, float(byts)
+            scores = sq * skv
+        flops = 2.0 * b * h * scores * (dqk + dv)
+        q, kx, v, o = b * sq * h * dqk, b * skv * kvh * dqk, b * skv * kvh * dv, b * sq * h * dv
+        if bwd:  # read q, k, v, o, dO, lse; write dq, dk, dv
+            return FLASH_BWD_FLOP_FACTOR * flops, 2 * e * (q + kx + v) + 2 * e_out * o + 4 * b * h * sq
+        return flops, e * (q + kx + v) + e_out * o + 4 * b * h * sq
+    if kind in ("layernorm", "rmsnorm"):
+        n = d["tokens"] * d["hidden"]
+        # fwd: read x, write y (+ weights); bwd: read x, dy, write dx (+ fp32 weight-grad partials)
+        return (8.0 if bwd else 5.0) * n, (3 if bwd else 2) * e_out * n + 8 * d["hidden"] * (2 if bwd else 1)
+    if kind in ("gelu", "swiglu"):
+        n = d["tokens"] * d["width"]
+        width_in = 2 if kind == "swiglu" else 1
+        # fwd: read input (2x wide for swiglu), write output; bwd: read input and dy, write dinput
+        return (16.0 if bwd else 8.0) * n, e_out * n * ((2 * width_in + 1) if bwd else (width_in + 1))
+    if kind == "rotary":
+        n = d["tokens"] * d["heads"] * d["head_dim"]
+        return 3.0 * n, 2 * e_out * n
+    if kind == "dropout":
+        n = d["numel"]
+        return 1.0 * n, n * (2 * e_out + 1)            # + 1-byte mask
+    if kind == "elementwise":
+        n = d["numel"]
+        return 1.0 * n, 3 * e_out * n                  # two inputs, one output (residual add)
+    if kind == "memcpy":
+        return 0.0 * d["bytes"], 2 * d["bytes"]
+    if kind == "softmax":
+        n = d["rows"] * d["cols"]
+        return 5.0 * n, (3 if bwd else 2) * e_out * n
+    if kind == "embedding":
+        n = d["tokens"] * d["hidden"]
+        # fwd: gather rows; bwd: scatter-add the gradient into an fp32 table shard (read-modify-write)
+        return (1.0 * n, e_out * n + 8 * n) if bwd else (0.0 * n, 2 * e_out * n + 8 * d["tokens"])
+    if kind == "cross_entropy":
+        n = d["tokens"] * d["vocab"]
+        # fwd: read logits (max, sum-exp, target gather); bwd: read logits, write dlogits
+        return 5.0 * n, (2 if bwd else 1) * e_out * n + 8 * d["tokens"]
+    if kind == "router_topk":
+        n = d["tokens"] * d["experts"]
+        return 8.0 * n, 4 * n * (3 if bwd else 2) + 8 * d["tokens"] * d["topk"]
+    if kind in ("permute", "unpermute"):
+        n = d["tokens"] * d["hidden"] * d["topk"]
+        return 0.0 * n, 2 * e_out * n + 16 * d["tokens"] * d["topk"]
+    if kind == "optimizer":
+        p = d["params"]
+        # Adam over fp32 shard: read param, grad, m, v (4 x 4 B); write param, m, v (3 x 4 B) + bf16 copy
+        return 12.0 * p, 30 * p
+    raise ComputeDBError(f"no work model for kernel kind '{kind}'")
 
 
 def work(key: KernelKey) -> tuple[float, float]:
     """(FLOPs, HBM bytes) of one kernel on one GPU, from its key (module docstring)."""
-    k = key.kind
-    e = ELEMENT_BYTES[key.dtype]
-    e_out = 2 if key.dtype == "fp8" else e
-    if FAMILY[k] == "gemm":
-        count, m, n, kk = gemm_equivalent(key)
-        return 2.0 * count * m * n * kk, float(count * (e * (m * kk + kk * n) + e_out * m * n))
-    if k == "flash_attn":
-        return attention_work(key)
-    d = dict(zip(key.fields, key.dims))
-    bwd = key.variant == "bwd"
-    if k in ("layernorm", "rmsnorm"):
-        n = d["tokens"] * d["hidden"]
-        # fwd: read x, write y (+ weights); bwd: read x, dy, write dx (+ fp32 weight-grad partials)
-        byts = (3 if bwd else 2) * e_out * n + 4 * 2 * d["hidden"] * (2 if bwd else 1)
-        return (8.0 if bwd else 5.0) * n, float(byts)
-    if k in ("gelu", "swiglu"):
-        n = d["tokens"] * d["width"]
-        width_in = 2 if k == "swiglu" else 1
-        # fwd: read input (2x wide for swiglu), write output; bwd: read input and dy, write dinput
-        byts = e_out * n * ((2 * width_in + 1) if bwd else (width_in + 1))
-        return (16.0 if bwd else 8.0) * n, float(byts)
-    if k == "rotary":
-        n = d["tokens"] * d["heads"] * d["head_dim"]
-        return 3.0 * n, float(2 * e_out * n)
-    if k == "dropout":
-        n = d["numel"]
-        return float(n), float(n * (2 * e_out + 1))     # + 1-byte mask
-    if k == "elementwise":
-        n = d["numel"]
-        return float(n), float(3 * e_out * n)           # two inputs, one output (residual add)
-    if k == "memcpy":
-        return 0.0, float(2 * d["bytes"])
-    if k == "softmax":
-        n = d["rows"] * d["cols"]
-        return 5.0 * n, float((3 if bwd else 2) * e_out * n)
-    if k == "embedding":
-        n = d["tokens"] * d["hidden"]
-        # fwd: gather rows; bwd: scatter-add the gradient into an fp32 table shard (read-modify-write)
-        return (float(n), float(e_out * n + 8 * n)) if bwd else (0.0, float(2 * e_out * n + 8 * d["tokens"]))
-    if k == "cross_entropy":
-        n = d["tokens"] * d["vocab"]
-        # fwd: read logits (max, sum-exp, target gather); bwd: read logits, write dlogits
-        return 5.0 * n, float((2 if bwd else 1) * e_out * n + 8 * d["tokens"])
-    if k == "router_topk":
-        n = d["tokens"] * d["experts"]
-        return 8.0 * n, float(4 * n * (3 if bwd else 2) + 8 * d["tokens"] * d["topk"])
-    if k in ("permute", "unpermute"):
-        n = d["tokens"] * d["hidden"] * d["topk"]
-        return 0.0, float(2 * e_out * n + 16 * d["tokens"] * d["topk"])
-    if k == "optimizer":
-        p = d["params"]
-        # Adam over fp32 shard: read param, grad, m, v (4 x 4 B); write param, m, v (3 x 4 B) + bf16 copy
-        return 12.0 * p, float(30 * p)
-    raise ComputeDBError(f"no work model for kernel kind '{k}'")
+    flops, byts = work_of(key.kind, key.variant, key.dtype, key.causal, dict(zip(key.fields, key.dims)))
+    return float(flops), float(byts)

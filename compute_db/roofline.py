@@ -1,19 +1,20 @@
 """Calibrated roofline: kernel time from FLOPs, bytes and per-family efficiency surfaces fitted to kernel data.
 
 Compute-bound families (GEMM, flash attention):
-    t = t0 + (tc^p + tm^p)^(1/p)
-    tc = count · FLOPs_per_unit / (peak · e) · Π_d (x_d + x0_d) / x_d      (saturating efficiency per dim)
-    tm = bytes / (HBM_Bps · em)
-i.e. the efficiency of dimension d is x_d / (x_d + x0_d): small tiles waste the tensor cores, large ones
-approach e. p > 1 makes a smooth max of the compute and memory bounds (no cliff at the ridge point).
-Each term grows with every dimension, so predictions are monotone along each dimension and in FLOPs.
-Memory-bound families: t = t0 + bytes / (HBM_Bps · em).
-t0 is the launch + tail overhead (seconds), fitted with the rest.
+    t = t0 + (tc^p + tm^p)^(1/p),  tc = FLOPs(x + x0) / (peak · e),  tm = bytes(x) / (HBM_Bps · em)
+Memory-bound families:
+    t = t0 + bytes(x + x0) / (HBM_Bps · em)
+FLOPs(x + x0) is the kernel's work evaluated with its saturating dimensions padded by fitted sizes x0
+(GEMM: m, n, k; attention: seq_q, seq_kv, head dims; norms: tokens, hidden; ...): small dimensions
+waste tiles, warps and waves, so a kernel costs as if it were somewhat larger; large ones approach
+efficiency e (em for bandwidth). For a GEMM this is 2(m+m0)(n+n0)(k+k0). p > 1 makes a smooth maximum
+of the compute and memory bounds (no cliff at the ridge point); t0 is launch + tail overhead (seconds).
+Work is non-decreasing in every dimension, so predictions are monotone along each dimension and in FLOPs.
 
 Fits minimise squared log-error over the measured kernels of one GPU, family and dtype class, by
-Levenberg-Marquardt in numpy (no scipy at run time). The parameters are dimensionless efficiencies,
-sizes and a launch time, so a fit from one GPU applies to another GPU's peaks and bandwidth ("scaled by
-spec") when that GPU has no data. Families with no data anywhere use the documented PRIORS.
+Levenberg-Marquardt in numpy (no scipy at run time). Parameters are dimensionless efficiencies, sizes
+and a launch time, so a fit from one GPU applies to another GPU's peaks and bandwidth ("scaled by spec")
+when that GPU has no data. Families with no data anywhere use the documented PRIORS.
 Never fitted to end-to-end step times.
 """
 
@@ -24,10 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compute_db.keys import KernelKey, gemm_equivalent, work
-
-# Saturating dimensions (x_d) of the compute-bound families.
-COMPUTE_DIMS = {"gemm": 3, "flash_attn": 3}
+from compute_db.keys import KernelKey, work, work_of
 
 # Unfitted starting points / fallbacks (dimensionless efficiencies, element counts, seconds). Used only
 # for a family with no kernel data on the GPU nor on any similar GPU.
@@ -36,70 +34,120 @@ PRIORS: dict[str, dict] = {
     "gemm": {"e": 0.75, "x0": (128.0, 128.0, 64.0), "t0": 5e-6, "em": 0.85, "p": 4.0},
     # flash attention: no public kernel data shipped; FA2/FA3-class kernels reach ~0.6 of peak forward
     # and ~0.45 backward at long sequences. Saturation dims: seq_q, seq_kv, head_dim.
-    "flash_attn:fwd": {"e": 0.6, "x0": (128.0, 128.0, 16.0), "t0": 8e-6, "em": 0.8, "p": 4.0},
-    "flash_attn:bwd": {"e": 0.45, "x0": (128.0, 128.0, 16.0), "t0": 12e-6, "em": 0.8, "p": 4.0},
-    "memory": {"e": 0.0, "x0": (), "t0": 4e-6, "em": 0.8, "p": 1.0},
+    "flash_attn:fwd": {"e": 0.6, "x0": (128.0, 128.0, 16.0, 16.0), "t0": 8e-6, "em": 0.8, "p": 4.0},
+    "flash_attn:bwd": {"e": 0.45, "x0": (128.0, 128.0, 16.0, 16.0), "t0": 12e-6, "em": 0.8, "p": 4.0},
+    # memory-bound kernels: 80% of HBM bandwidth, 4 us launch + tail, saturation sizes ~0 (unfitted)
+    "memory": {"e": 0.0, "x0": None, "t0": 4e-6, "em": 0.8, "p": 1.0},
 }
 # fp8 GEMMs without fp8 measurements: the 16-bit fit at the fp8 peak, times this factor (assumption:
 # published H100 fp8 GEMM throughput is a somewhat smaller fraction of its peak than bf16's).
 FP8_EFFICIENCY_FACTOR = 0.9
 
+# Saturating fields of each family (None: the kind's single size field).
+SATURATION_FIELDS: dict[str, tuple[str, ...] | None] = {
+    "gemm": ("m", "n", "k"), "flash_attn": ("seq_q", "seq_kv", "head_dim_qk", "head_dim_v"),
+    "layernorm": ("tokens", "hidden"), "rmsnorm": ("tokens", "hidden"),
+    "gelu": ("tokens", "width"), "swiglu": ("tokens", "width"), "rotary": ("tokens", "heads", "head_dim"),
+    "elementwise": None, "softmax": ("rows", "cols"), "embedding": ("tokens", "hidden"),
+    "cross_entropy": ("tokens", "vocab"), "router": ("tokens", "experts"), "permute": ("tokens", "hidden"),
+    "optimizer": ("params",),
+}
+COMPUTE_FAMILIES = ("gemm", "flash_attn")
+
 
 @dataclass(frozen=True)
 class FamilyFit:
     family: str
-    e: float                    # compute efficiency at large sizes (compute families)
-    x0: tuple[float, ...]       # saturation sizes per compute dim
+    e: float                    # compute efficiency at large sizes (compute families; 0 for memory-bound)
+    x0: tuple[float, ...]       # saturation sizes per saturating dim
     t0: float                   # launch/tail overhead, s
-    em: float                   # HBM bandwidth efficiency
-    p: float                    # smooth-max exponent
+    em: float                   # HBM bandwidth efficiency at large sizes
+    p: float                    # smooth-max exponent (compute families)
     basis: str                  # where it came from: "fit:H100 gemm fp16 (13468 kernels)" | "prior"
     n_points: int = 0
+
+    @property
+    def compute_bound(self) -> bool:
+        return self.e > 0
 
 
 def dtype_class(dtype: str) -> str:
     return "16bit" if dtype in ("bf16", "fp16") else dtype
 
 
-def compute_dims(key: KernelKey) -> tuple[int, ...]:
-    """The saturating dimensions of a compute-bound key (GEMM: canonical m, n, k; attention: sq, skv, d)."""
-    if key.family == "gemm":
-        _, m, n, k = gemm_equivalent(key)
-        return m, n, k
-    b, sq, skv, h, kvh, dqk, dv = key.dims
-    return sq, skv, max(dqk, dv)
+def saturation_fields(key: KernelKey) -> tuple[str, ...]:
+    names = SATURATION_FIELDS.get(key.family)
+    return names if names is not None else (key.fields[0],)
 
 
-def predict(fit: FamilyFit, flops: float, bytes_: float, dims: tuple[int, ...], peak: float, hbm_Bps: float) -> float:
-    tm = bytes_ / (hbm_Bps * fit.em)
-    if not fit.x0:
-        return fit.t0 + tm
-    scale = 1.0
-    for x, x0 in zip(dims, fit.x0):
-        scale *= (x + x0) / x
-    tc = flops * scale / (peak * fit.e)
-    p = fit.p
+def padded_dims(key: KernelKey, x0: tuple[float, ...]) -> dict[str, float]:
+    d: dict[str, float] = dict(zip(key.fields, key.dims))
+    for f, pad in zip(saturation_fields(key), x0):
+        d[f] = d[f] + pad
+    return d
+
+
+def predict(fit: FamilyFit, key: KernelKey, peak: float, hbm_Bps: float) -> float:
+    """Roofline time (s) of `key` with `fit` on a GPU of this peak (FLOP/s of the key's dtype) and HBM BW."""
+    flops, byts = work(key)
+    if fit.x0:
+        pflops, pbytes = work_of(key.kind, key.variant, key.dtype, key.causal, padded_dims(key, fit.x0))
+    else:
+        pflops, pbytes = flops, byts
+    if not fit.compute_bound:
+        return fit.t0 + float(pbytes) / (hbm_Bps * fit.em)
+    tm = byts / (hbm_Bps * fit.em)
+    tc = float(pflops) / (peak * fit.e)
     hi = max(tc, tm)
     if hi <= 0:
         return fit.t0
+    p = fit.p
     return fit.t0 + hi * ((tc / hi) ** p + (tm / hi) ** p) ** (1.0 / p)
 
 
-def _predict_arrays(theta: np.ndarray, flops, bytes_, dims, peak, bw, n_dims: int) -> np.ndarray:
-    e = math.exp(theta[0])
-    t0 = math.exp(theta[1])
-    em = math.exp(theta[2])
-    tm = bytes_ / (bw * em)
-    if n_dims == 0:
-        return t0 + tm
-    p = 1.0 + math.exp(theta[3])
-    scale = np.ones_like(flops)
-    for d in range(n_dims):
-        x0 = math.exp(theta[4 + d])
-        scale = scale * (dims[:, d] + x0) / dims[:, d]
-    tc = flops * scale / (peak * e)
-    hi = np.maximum(tc, tm)
-    return t0 + hi * ((tc / hi) ** p + (tm / hi) ** p) ** (1.0 / p)
+def _exp(v: float) -> float:
+    return math.exp(min(max(float(v), -60.0), 60.0))
+
+
+class _FitData:
+    """Measured kernels of one family grouped by (kind, variant, dtype, causal) as field arrays."""
+
+    def __init__(self, keys: list[KernelKey], peaks: np.ndarray, hbm_Bps: float):
+        self._bw = hbm_Bps
+        groups: dict[tuple, list[int]] = {}
+        for i, k in enumerate(keys):
+            groups.setdefault((k.kind, k.variant, k.dtype, k.causal), []).append(i)
+        self.groups = []
+        for (kind, variant, dtype, causal), idx in groups.items():
+            fields = keys[idx[0]].fields
+            arrays = {f: np.array([keys[i].dims[j] for i in idx], dtype=float) for j, f in enumerate(fields)}
+            sat = saturation_fields(keys[idx[0]])
+            flops, byts = work_of(kind, variant, dtype, causal, arrays)
+            self.groups.append((kind, variant, dtype, causal, np.array(idx), arrays, sat,
+                                np.broadcast_to(np.asarray(byts, dtype=float), len(idx))))
+        self.n = len(keys)
+        self.peaks = peaks
+
+    def predict(self, theta: np.ndarray, n_dims: int, compute: bool) -> np.ndarray:
+        # theta: [log t0, log em, (log e, log(p - 1) when compute), log x0 per saturating field]
+        t0, em = _exp(theta[0]), _exp(theta[1])
+        off = 4 if compute else 2
+        x0 = [_exp(v) for v in theta[off:off + n_dims]]
+        out = np.empty(self.n)
+        for kind, variant, dtype, causal, idx, arrays, sat, byts in self.groups:
+            padded = dict(arrays)
+            for f, pad in zip(sat, x0):
+                padded[f] = padded[f] + pad
+            pflops, pbytes = work_of(kind, variant, dtype, causal, padded)
+            if not compute:
+                out[idx] = t0 + np.asarray(pbytes, dtype=float) / (self._bw * em)
+                continue
+            e, p = _exp(theta[2]), 1.0 + _exp(theta[3])
+            tm = byts / (self._bw * em)
+            tc = np.asarray(pflops, dtype=float) / (self.peaks[idx] * e)
+            hi = np.maximum(tc, tm)
+            out[idx] = t0 + hi * ((tc / hi) ** p + (tm / hi) ** p) ** (1.0 / p)
+        return out
 
 
 def _levenberg_marquardt(residual, theta: np.ndarray, iters: int = 200) -> np.ndarray:
@@ -134,42 +182,36 @@ def _levenberg_marquardt(residual, theta: np.ndarray, iters: int = 200) -> np.nd
 def fit_family(family: str, keys: list[KernelKey], times_s: np.ndarray, peaks: np.ndarray, hbm_Bps: float,
                basis: str, prior: dict) -> FamilyFit:
     """Fit one family's parameters to measured kernels (times in s; peaks: the FLOP/s of each key's dtype)."""
-    n_dims = len(prior["x0"])
-    flops = np.empty(len(keys))
-    byts = np.empty(len(keys))
-    dims = np.ones((len(keys), max(n_dims, 1)))
-    for i, key in enumerate(keys):
-        flops[i], byts[i] = work(key)
-        if n_dims:
-            dims[i, :] = compute_dims(key)
+    compute = family in COMPUTE_FAMILIES
+    n_dims = len(saturation_fields(keys[0]))
+    data = _FitData(keys, np.asarray(peaks, dtype=float), hbm_Bps)
     y = np.log(np.asarray(times_s, dtype=float))
-    theta0 = [math.log(prior["e"] or 1.0), math.log(prior["t0"]), math.log(prior["em"])]
-    if n_dims:
-        theta0.append(math.log(max(prior["p"] - 1.0, 1e-3)))
-        theta0.extend(math.log(x) for x in prior["x0"])
+    x0_prior = prior["x0"] if prior.get("x0") else (1.0,) * n_dims
+    theta0 = [math.log(prior["t0"]), math.log(prior["em"])]
+    if compute:
+        theta0 += [math.log(prior["e"]), math.log(max(prior["p"] - 1.0, 1e-3))]
+    theta0 += [math.log(x) for x in x0_prior]
     theta0 = np.asarray(theta0, dtype=float)
-    if n_dims == 0:
-        theta0 = theta0.copy()
 
     def residual(theta):
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            pred = _predict_arrays(theta, flops, byts, dims, peaks, hbm_Bps, n_dims)
-            res = np.log(pred) - y
+            res = np.log(data.predict(theta, n_dims, compute)) - y
         return np.where(np.isfinite(res), res, 1e3)
 
     theta = _levenberg_marquardt(residual, theta0)
-    # keep the physically meaningful range (efficiencies <= 1)
-    e = min(math.exp(theta[0]), 1.0) if n_dims else 0.0
-    em = min(math.exp(theta[2]), 1.0)
-    t0 = math.exp(theta[1])
-    p = 1.0 + math.exp(theta[3]) if n_dims else 1.0
-    x0 = tuple(math.exp(v) for v in theta[4:4 + n_dims]) if n_dims else ()
-    return FamilyFit(family, e, x0, t0, em, min(p, 64.0), basis, len(keys))
+    off = 4 if compute else 2
+    t0 = _exp(theta[0])
+    em = min(_exp(theta[1]), 1.0)     # efficiencies <= 1 (physical range)
+    e = min(_exp(theta[2]), 1.0) if compute else 0.0
+    p = min(1.0 + _exp(theta[3]), 64.0) if compute else 1.0
+    x0 = tuple(_exp(v) for v in theta[off:off + n_dims])
+    return FamilyFit(family, e, x0, t0, em, p, basis, len(keys))
 
 
-def prior_fit(family_key: str) -> FamilyFit:
-    prior = PRIORS.get(family_key) or PRIORS["memory"]
-    return FamilyFit(family_key, prior["e"], prior["x0"], prior["t0"], prior["em"], prior["p"], "prior", 0)
+def prior_fit(family: str, variant: str = "fwd") -> FamilyFit:
+    """Unfitted parameters for a family (PRIORS)."""
+    prior = prior_for(family, variant)
+    return FamilyFit(family, prior["e"], tuple(prior["x0"] or ()), prior["t0"], prior["em"], prior["p"], "prior", 0)
 
 
 def prior_for(family: str, variant: str) -> dict:

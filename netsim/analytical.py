@@ -31,10 +31,10 @@ class GroupFacts:
         self.b_net = min(b[1] for b in bws) if shape.m > 1 else math.inf
         order = shape.ring_order(0)
         intra = next(((a, b) for a, b in zip(order, order[1:]) if view.server_of(a) == view.server_of(b)), None)
-        inter = next(((a, b) for a, b in zip(order, order[1:] + order[:1])
-                      if view.server_of(a) != view.server_of(b)), None)
+        inter = [(a, b) for a, b in zip(order, order[1:] + order[:1]) if view.server_of(a) != view.server_of(b)]
         self.lat_intra = self._step(view, intra)
-        self.lat_inter = self._step(view, inter) if inter else self.lat_intra
+        # a lock-step ring step waits for its slowest hop (e.g. the rail-changing closing hop)
+        self.lat_inter = max((self._step(view, p) for p in inter), default=self.lat_intra)
         # hierarchical stage 2 rings join GPUs of one local index (one rail)
         self.lat_rail = (self._step(view, (shape.servers[0][0], shape.servers[1][0]))
                          if shape.m > 1 else self.lat_intra)
@@ -57,7 +57,14 @@ def ring_time_s(shape: GroupShape, facts: GroupFacts, op: str, size: float) -> f
     if shape.m == 1:
         bw, lat = facts.b_nv, facts.lat_intra
     else:
-        per_channel = min(facts.b_net, facts.b_nv / (k - 1) if k > 1 else math.inf)
+        # k channels; a server with k_s GPUs sends ceil(k / k_s) channels through one NIC and one
+        # GPU there forwards k - floor(k / k_s) channels over its NVLink port
+        per_channel = math.inf
+        for s in shape.servers:
+            ks = len(s)
+            per_channel = min(per_channel, facts.b_net / math.ceil(k / ks))
+            if ks > 1:
+                per_channel = min(per_channel, facts.b_nv / (k - k // ks))
         bw, lat = k * per_channel, facts.lat_inter
     if op == "all_reduce":
         factor, steps = 2 * (n - 1) / n, 2 * (n - 1)

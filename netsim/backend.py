@@ -123,9 +123,13 @@ class AnalyticalNetwork:
 
 
 class _Run:
-    """One collective in flight on the flow engine: releases flows as their dependencies finish."""
+    """One collective in flight on the flow engine: releases flows as their dependencies finish.
 
-    __slots__ = ("net", "flows", "size", "waiting", "succ", "left", "on_done", "record")
+    A flow starts `latency_s` after its last data dependency finishes, and not before its
+    order-only predecessors (`after`, same-connection FIFO) finish.
+    """
+
+    __slots__ = ("net", "flows", "size", "waiting", "succ", "left", "on_done", "record", "ready")
 
     def __init__(self, net, flows: list[ResolvedFlow], size: float, on_done, record: CollectiveRecord):
         self.net = net
@@ -133,30 +137,41 @@ class _Run:
         self.size = size
         self.on_done = on_done
         self.record = record
-        self.waiting = [len(f.deps) for f in flows]
-        self.succ: list[list[int]] = [[] for _ in flows]
+        self.waiting = [len(f.deps) + len(f.after) for f in flows]
+        self.succ: list[list[tuple[int, bool]]] = [[] for _ in flows]
         for i, f in enumerate(flows):
             for d in f.deps:
-                self.succ[d].append(i)
+                self.succ[d].append((i, True))
+            for d in f.after:
+                self.succ[d].append((i, False))
         self.left = len(flows)
+        self.ready = [-math.inf] * len(flows)
 
     def start(self) -> None:
+        now = self.net.engine.now_s
         if not self.flows:
             # empty schedule (n = 1 or size 0): completes at the current time through the engine
             self.net.engine.add_flow([], 0.0, on_done=lambda _f, t: self._finish(t))
             return
+        for i, f in enumerate(self.flows):
+            if not f.deps:
+                self.ready[i] = now + f.latency_s
         for i, w in enumerate(self.waiting):
             if w == 0:
                 self._launch(i)
 
     def _launch(self, i: int) -> None:
         f = self.flows[i]
-        self.net.engine.add_flow(f.channels, f.frac * self.size, weights=f.weights, latency_s=f.latency_s,
+        lat = max(0.0, self.ready[i] - self.net.engine.now_s)
+        self.net.engine.add_flow(f.channels, f.frac * self.size, weights=f.weights, latency_s=lat,
                                  cap_Bps=f.cap_Bps, on_done=lambda _fid, t, i=i: self._flow_done(i, t))
 
     def _flow_done(self, i: int, t: float) -> None:
         self.left -= 1
-        for j in self.succ[i]:
+        for j, data in self.succ[i]:
+            r = t + self.flows[j].latency_s if data else t
+            if r > self.ready[j]:
+                self.ready[j] = r
             self.waiting[j] -= 1
             if self.waiting[j] == 0:
                 self._launch(j)
@@ -257,3 +272,27 @@ def make_backend(kind: str, topology, **options):
             raise NetsimError(f"analytical backend: unknown option(s) {', '.join(bad)}")
         return AnalyticalNetwork(topology, **options)
     raise NetsimError(f"unknown network backend {kind!r} (known: flow, analytical)")
+
+
+def step_level_time_s(topology_or_planner, dag, gpus, *, check_invariants: bool = False) -> float:
+    """Run a step-level DAG (netsim.dag) through the flow engine, every transfer its own flow.
+
+    For validating the bundled schedules on small groups: both must agree for large messages.
+    """
+    from netsim.dag import dag_specs
+
+    planner = topology_or_planner if isinstance(topology_or_planner, Planner) else Planner(topology_or_planner)
+    specs = dag_specs(dag, tuple(gpus))
+    flows = [resolve(planner.view, s, i) for i, s in enumerate(specs)]
+    net = FlowNetwork.__new__(FlowNetwork)
+    net.planner = planner
+    net.engine = FlowEngine(planner.view.capacity_Bps, check_invariants=check_invariants)
+    net.records = []
+    net._in_flight = 1
+    done: list[float] = []
+    rec = CollectiveRecord("dag", dag.op, dag.algorithm, dag.n, 0, 0.0, math.nan)
+    _Run(net, flows, 1.0, done.append, rec).start()
+    net.engine.run()
+    if check_invariants:
+        net.engine.check_all_done()
+    return done[0]

@@ -1,7 +1,238 @@
-"""`clustersim` subcommands owned by netsim."""
+"""`clustersim collective` — an nccl-tests-like benchmark of one collective on a simulated topology.
+
+    clustersim collective --op all_reduce -t spectrum-x -g 16 -b 1M -e 1G -f 4
+    clustersim collective --op all_gather -t spectrum-x -g 64 --ranks 16 --servers 4 --png ag.png
+    clustersim collective --op all_reduce -t spectrum-x -g 32 --rail 0
+    clustersim collective --micro micro.txt -t topo.txt          # SimAI MICRO workload, all GPUs
+
+Columns: size (bytes, nccl-tests S), algorithm, then per backend time (us), algbw = S / t and
+busbw = algbw x factor (all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all (n-1)/n;
+broadcast, reduce, send 1), in GB/s (1e9).
+"""
 
 from __future__ import annotations
+
+import argparse
+import os
+import re
+import tempfile
+
+from netsim.errors import NetsimError
+
+OP_ALIASES = {"allreduce": "all_reduce", "all_reduce": "all_reduce", "all-reduce": "all_reduce",
+              "allgather": "all_gather", "all_gather": "all_gather", "all-gather": "all_gather",
+              "reducescatter": "reduce_scatter", "reduce_scatter": "reduce_scatter",
+              "reduce-scatter": "reduce_scatter", "alltoall": "all_to_all", "all_to_all": "all_to_all",
+              "all-to-all": "all_to_all", "broadcast": "broadcast", "bcast": "broadcast",
+              "reduce": "reduce", "sendrecv": "send", "send": "send"}
+
+
+def bus_factor(op: str, n: int) -> float:
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+def parse_size(text: str, flag: str) -> int:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)\s*", str(text), re.IGNORECASE)
+    if not m:
+        raise NetsimError(f"{flag}: cannot read size {text!r} (examples: 8, 64K, 128M, 1G)")
+    mult = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[m.group(2).upper()]
+    return int(float(m.group(1)) * mult)
 
 
 def register(subparsers) -> None:
     """Add this package's subcommands to the clustersim parser."""
+    p = subparsers.add_parser(
+        "collective", allow_abbrev=False,
+        help="nccl-tests-like benchmark of a collective on a simulated topology (flow + analytical)",
+        description="Simulate one collective over a size sweep on a topology and print time, algbw "
+                    "and busbw for the flow and analytical network backends.",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--op", default="all_reduce", help="all_reduce | all_gather | reduce_scatter | "
+                   "all_to_all | broadcast | reduce | send (nccl-tests names such as allreduce accepted)")
+    p.add_argument("-t", "--topology", default="spectrum-x",
+                   help="topology template name or SimAI topology file (default spectrum-x)")
+    p.add_argument("-g", "--gpus", type=int, help="template: number of GPUs (default 8 * servers or 8)")
+    p.add_argument("-gps", "--gpus-per-server", type=int, help="template: GPUs per server")
+    p.add_argument("-gt", "--gpu-type", help="template: GPU type (H100)")
+    p.add_argument("-nvbw", "--nvlink-bw", help="template: GPU-NVSwitch rate per direction, e.g. 3600Gbps")
+    p.add_argument("-bw", "--nic-bw", help="template: NIC rate, e.g. 400Gbps")
+    p.add_argument("--topo-param", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra topo.build parameter (repeatable), e.g. psw_count=4")
+    g = p.add_argument_group("group (default: all GPUs)")
+    g.add_argument("--ranks", type=int, help="first N GPUs (with --servers: N GPUs over M servers)")
+    g.add_argument("--servers", type=int, help="spread --ranks evenly over the first M servers")
+    g.add_argument("--rail", type=int, help="every GPU on this rail (local index / NIC)")
+    p.add_argument("-b", "--minbytes", default="8", help="smallest size (nccl-tests -b; default 8)")
+    p.add_argument("-e", "--maxbytes", default="1G", help="largest size (nccl-tests -e; default 1G)")
+    p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplication factor (2)")
+    p.add_argument("-a", "--algorithm", default="auto",
+                   help="auto | ring | tree | nvls | rhd | hierarchical | direct | pairwise | pxn")
+    p.add_argument("--backend", choices=("both", "flow", "analytical"), default="both")
+    p.add_argument("--pxn", action="store_true", help="route inter-node traffic with PXN")
+    p.add_argument("--micro", metavar="FILE", help="run the collectives of a SimAI MICRO workload file")
+    p.add_argument("--png", metavar="FILE", help="write a chart of busbw vs size")
+    p.add_argument("--check", action="store_true", help="debug: check engine invariants while running")
+    p.set_defaults(func=main)
+
+
+def _topology(args):
+    import topo
+
+    params: dict = {}
+    for kv in args.topo_param:
+        if "=" not in kv:
+            raise NetsimError(f"--topo-param: expected KEY=VALUE, got {kv!r}")
+        k, v = kv.split("=", 1)
+        try:
+            params[k.strip()] = int(v) if re.fullmatch(r"-?\d+", v.strip()) else float(v)
+        except ValueError:
+            params[k.strip()] = v.strip()
+    if os.path.isfile(args.topology):
+        if any(x is not None for x in (args.gpus, args.gpus_per_server, args.gpu_type, args.nvlink_bw,
+                                       args.nic_bw)) or params:
+            raise NetsimError("--topology: template flags (-g, -gps, -gt, -nvbw, -bw, --topo-param) "
+                              "do not apply to a topology file")
+        return topo.read_simai_topology(args.topology)
+    for name, val in (("gpus", args.gpus), ("gpus_per_server", args.gpus_per_server),
+                      ("gpu_type", args.gpu_type), ("nvlink_bandwidth_Bps", args.nvlink_bw),
+                      ("nic_bandwidth_Bps", args.nic_bw)):
+        if val is not None:
+            params[name] = val
+    if "gpus" not in params:
+        per = params.get("gpus_per_server", 8)
+        params["gpus"] = max(int(per) * (args.servers or 1), args.ranks or 0)
+    return topo.build(args.topology, **params)
+
+
+def select_group(t, ranks: int | None, servers: int | None, rail: int | None) -> tuple[int, ...]:
+    n_all = t.num_gpus
+    if rail is not None:
+        if ranks is not None or servers is not None:
+            raise NetsimError("--rail cannot be combined with --ranks / --servers")
+        group = tuple(g for g in range(n_all) if t.rail_of(g) == rail)
+        if not group:
+            raise NetsimError(f"--rail {rail}: no GPU on that rail")
+        return group
+    if servers is not None:
+        if ranks is None:
+            raise NetsimError("--servers needs --ranks (N GPUs over M servers)")
+        if servers <= 0 or ranks % servers:
+            raise NetsimError(f"--ranks {ranks} must be a positive multiple of --servers {servers}")
+        per = ranks // servers
+        if servers > t.num_servers or per > t.gpus_per_server:
+            raise NetsimError(f"--ranks {ranks} over --servers {servers}: topology has {t.num_servers} "
+                              f"servers of {t.gpus_per_server} GPUs")
+        return tuple(s * t.gpus_per_server + i for s in range(servers) for i in range(per))
+    if ranks is not None:
+        if ranks <= 0 or ranks > n_all:
+            raise NetsimError(f"--ranks {ranks}: topology has {n_all} GPUs")
+        return tuple(range(ranks))
+    return tuple(range(n_all))
+
+
+def _sizes(args) -> list[int]:
+    lo, hi = parse_size(args.minbytes, "-b/--minbytes"), parse_size(args.maxbytes, "-e/--maxbytes")
+    if args.stepfactor < 2:
+        raise NetsimError("-f/--stepfactor must be >= 2")
+    if lo <= 0 or hi < lo:
+        raise NetsimError(f"-b/-e: need 0 < minbytes <= maxbytes (got {lo}, {hi})")
+    out = []
+    s = lo
+    while s <= hi:
+        out.append(s)
+        s *= args.stepfactor
+    return out
+
+
+def main(args) -> int:
+    import netsim
+    from netsim.micro import read_micro
+
+    op = OP_ALIASES.get(args.op.lower())
+    if op is None:
+        raise NetsimError(f"--op: unknown collective {args.op!r} (known: {', '.join(sorted(set(OP_ALIASES.values())))})")
+    t = _topology(args)
+    group = select_group(t, args.ranks, args.servers, args.rail)
+    if op == "send":
+        group = group[:1] + group[-1:]
+    backends = {}
+    if args.backend in ("both", "flow"):
+        backends["flow"] = netsim.make_backend("flow", t, pxn=args.pxn, check_invariants=args.check)
+    if args.backend in ("both", "analytical"):
+        backends["analytical"] = netsim.make_backend("analytical", t, pxn=args.pxn)
+    if args.micro:
+        jobs = [(m.name, m.op, m.size_bytes) for m in read_micro(args.micro)]
+    else:
+        jobs = [("", op, s) for s in _sizes(args)]
+    n = len(group)
+    print(f"# {getattr(t, 'name', '') or args.topology}: {t.num_gpus} GPUs; group of {n} GPUs "
+          f"over {len({t.server_of(g) for g in group})} servers; op {op if not args.micro else 'MICRO file'}")
+    head = f"{'name':<16s}" if args.micro else ""
+    head += f"{'op':<15s}{'size_B':>12s} {'algo':<13s}"
+    for name in backends:
+        head += f"{name + ' us':>14s}{'algbw':>9s}{'busbw':>9s}"
+    print(head)
+    rows = []
+    for name, jop, size in jobs:
+        req = netsim.CollectiveRequest(jop, group if jop != "send" else group[:1] + group[-1:], size,
+                                       args.algorithm)
+        line = f"{name:<16s}" if args.micro else ""
+        times = {}
+        alg = ""
+        for bname, net in backends.items():
+            done: list[float] = []
+            start = net.now_s if hasattr(net, "now_s") else 0.0
+            net.submit(req, start, done.append)
+            net.advance(start)
+            while not done:
+                net.advance(net.next_event_time())
+            times[bname] = done[0] - start
+            alg = net.records[-1].algorithm
+        line += f"{jop:<15s}{size:>12d} {alg:<13s}"
+        row = {"name": name, "op": jop, "size": size, "algorithm": alg}
+        for bname, tt in times.items():
+            algbw = size / tt / 1e9 if tt > 0 else float("inf")
+            bus = algbw * bus_factor(jop, len(req.gpus))
+            line += f"{tt * 1e6:14.2f}{algbw:9.2f}{bus:9.2f}"
+            row[bname] = bus
+        rows.append(row)
+        print(line, flush=True)
+    print("# GB/s = 1e9 B/s; busbw factors as nccl-tests; flow: max-min flows on the topology, "
+          "analytical: alpha-beta (netsim.analytical)")
+    if args.png:
+        _plot(rows, backends, args.png, op, n)
+        print(f"# chart: {args.png}")
+    return 0
+
+
+def _plot(rows, backends, path: str, op: str, n: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for bname in backends:
+        xs = [r["size"] for r in rows if r["op"] == op]
+        ys = [r[bname] for r in rows if r["op"] == op]
+        ax.plot(xs, ys, marker="o", label=bname)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("size S (bytes)")
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_title(f"{op}, {n} GPUs")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".busbw-", suffix=".png", dir=d)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.unlink(tmp)

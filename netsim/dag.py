@@ -32,7 +32,8 @@ class Transfer:
     chunks: tuple[int, ...]
     op: str                      # "copy" | "reduce"
     nbytes: float
-    deps: tuple[int, ...] = ()
+    deps: tuple[int, ...] = ()   # data dependencies (their completion + latency before this starts)
+    after: tuple[int, ...] = ()  # order only: the previous transfer on the same connection (FIFO)
 
 
 @dataclass
@@ -45,6 +46,8 @@ class StepDag:
     chunk_owner: list[int] = field(default_factory=list)   # -1: every rank (reductions)
     chunk_dest: list[int] = field(default_factory=list)    # -1: not a point-to-point chunk
     n_participants: int = 0
+    channel: int = 0                                       # connection key while building
+    _last_on_conn: dict = field(default_factory=dict, repr=False)
 
     def new_chunk(self, nbytes: float, owner: int = -1, dest: int = -1) -> int:
         self.chunk_bytes.append(nbytes)
@@ -52,11 +55,21 @@ class StepDag:
         self.chunk_dest.append(dest)
         return len(self.chunk_bytes) - 1
 
-    def add(self, src: int, dst: int, chunks, op: str, deps=()) -> int:
+    def add(self, src: int, dst: int, chunks, op: str, deps=(), after=()) -> int:
+        """Append a transfer; it is ordered after the previous transfer on the same connection
+        (channel, src, dst), as a transport delivers in order."""
         chunks = tuple(chunks)
         nbytes = float(sum(self.chunk_bytes[c] for c in chunks))
-        self.transfers.append(Transfer(src, dst, chunks, op, nbytes, tuple(sorted(set(deps)))))
-        return len(self.transfers) - 1
+        conn = (self.channel, src, dst)
+        order = set(after)
+        if conn in self._last_on_conn:
+            order.add(self._last_on_conn[conn])
+        deps = set(deps)
+        t = len(self.transfers)
+        self.transfers.append(Transfer(src, dst, chunks, op, nbytes, tuple(sorted(deps)),
+                                       tuple(sorted(order - deps))))
+        self._last_on_conn[conn] = t
+        return t
 
 
 def _ring_phase(dag: StepDag, order: list[int], segs: list[list[tuple[int, ...]]], kind: str,
@@ -65,8 +78,8 @@ def _ring_phase(dag: StepDag, order: list[int], segs: list[list[tuple[int, ...]]
 
     segs[j][p] = chunks of piece p of the segment that position j ends with (rs) / starts with (ag).
     Returns transfers into each rank. A send from position i at step s depends on the transfer into
-    i at step s-1 (same piece) and the previous send on the same connection (FIFO); the first send of
-    a position also on `pre[rank]` (FIFO makes it an ancestor of all later sends).
+    i at step s-1 (same piece); the first send of a position also on `pre[rank]` (the connection's
+    FIFO order makes that an ancestor of all later sends).
     """
     n = len(order)
     into: dict[int, list[int]] = {r: [] for r in order}
@@ -83,8 +96,6 @@ def _ring_phase(dag: StepDag, order: list[int], segs: list[list[tuple[int, ...]]
                 deps = list(pre.get(order[i], ())) if i not in last_send else []
                 if (i, p) in prev_in:
                     deps.append(prev_in[(i, p)])
-                if i in last_send:
-                    deps.append(last_send[i])
                 t = dag.add(order[i], order[(i + 1) % n], segs[seg][p], "reduce" if kind == "rs" else "copy", deps)
                 last_send[i] = t
                 cur_in[((i + 1) % n, p)] = t
@@ -100,6 +111,7 @@ def _pieces(dag: StepDag, nbytes: float, pieces: int, owner: int = -1) -> list[t
 def ring_dag(dag: StepDag, servers, size: float, channels: int, pieces: int) -> None:
     n = dag.n
     for c in range(channels):
+        dag.channel = c
         order = ring_order(servers, c)
         share = size / channels
         if dag.op in ("broadcast", "reduce"):
@@ -112,7 +124,7 @@ def ring_dag(dag: StepDag, servers, size: float, channels: int, pieces: int) -> 
                 hops = [(b, a) for a, b in reversed(hops)]
             for p, ch in enumerate(chunks):
                 for h, (a, b) in enumerate(hops):
-                    deps = [x for x in (prev.get((h - 1, p)), prev.get((h, p - 1))) if x is not None]
+                    deps = [x for x in (prev.get((h - 1, p)),) if x is not None]
                     prev[(h, p)] = dag.add(a, b, (ch,), "reduce" if dag.op == "reduce" else "copy", deps)
             continue
         if n == 1:
@@ -134,7 +146,8 @@ def tree_dag(dag: StepDag, servers, size: float, pieces: int) -> None:
     base = ring_order(servers, 0)
     if dag.op == "all_reduce":
         trees = [(base, inorder_tree(n)), (base[1:] + base[:1], inorder_tree(n))]
-        for order, parent in trees:
+        for tree_id, (order, parent) in enumerate(trees):
+            dag.channel = tree_id
             children: dict[int, list[int]] = {i: [] for i in range(n)}
             for i, p in enumerate(parent):
                 if p >= 0:
@@ -193,10 +206,14 @@ def nvls_dag(dag: StepDag, size: float, pieces: int) -> None:
                     if r != k:
                         dag.add(sw, r, ch, "copy", [t])
                 continue
+            # reduce phase (multimem load-reduce) and store phase (multicast) are separate
+            # queues: a GPU's stores do not wait behind its pending loads
+            dag.channel = 0
             ups = [dag.add(r, sw, ch, "reduce") for r in range(n)]
             back = dag.add(sw, k, ch, "copy", ups)
             if dag.op == "reduce_scatter":
                 continue
+            dag.channel = 1
             store = dag.add(k, sw, ch, "copy", [back])
             for r in range(n):
                 if r != k:
@@ -211,8 +228,9 @@ def rhd_dag(dag: StepDag, servers, size: float) -> None:
     into: dict[int, list[int]] = {v: [] for v in range(n)}   # by virtual rank (position)
     sends: dict[int, list[int]] = {v: [] for v in range(n)}
 
-    def add(a: int, b: int, chunks, op: str) -> None:
-        t = dag.add(order[a], order[b], chunks, op, into[a] + sends[a][-1:])
+    def add(a: int, b: int, chunks, op: str, snap=None) -> None:
+        # deps snapshot taken before the step: a pairwise exchange must not wait for its partner
+        t = dag.add(order[a], order[b], chunks, op, (snap or into)[a], sends[a][-1:])
         into[b].append(t)
         sends[a].append(t)
 
@@ -242,11 +260,12 @@ def rhd_dag(dag: StepDag, servers, size: float) -> None:
     if op in ("all_reduce", "reduce_scatter"):
         for k in range(steps):
             d = p >> (k + 1)
+            snap = {v: list(ts) for v, ts in into.items()}
             for v in range(p):
                 lo, hi = ranges[v]
                 mid = (lo + hi) // 2
-                keep, give = ((lo, mid), (mid, hi)) if not v & d else ((mid, hi), (lo, mid))
-                add(v, v ^ d, segs[give[0]:give[1]], "reduce")
+                give = (mid, hi) if not v & d else (lo, mid)
+                add(v, v ^ d, segs[give[0]:give[1]], "reduce", snap)
             for v in range(p):
                 lo, hi = ranges[v]
                 mid = (lo + hi) // 2
@@ -257,9 +276,10 @@ def rhd_dag(dag: StepDag, servers, size: float) -> None:
     if op in ("all_reduce", "all_gather"):
         for k in reversed(range(steps)):
             d = p >> (k + 1)
+            snap = {v: list(ts) for v, ts in into.items()}
             for v in range(p):
                 lo, hi = ranges[v]
-                add(v, v ^ d, segs[lo:hi], "copy")
+                add(v, v ^ d, segs[lo:hi], "copy", snap)
             for v in range(p):
                 lo, hi = ranges[v]
                 plo, phi = ranges[v ^ d]
@@ -276,8 +296,8 @@ def a2a_dag(dag: StepDag, size: float, pairwise: bool) -> None:
     for k in range(1, n):
         for i in range(n):
             j = (i + k) % n
-            deps = [prev[i]] if pairwise and i in prev else []
-            prev[i] = dag.add(i, j, (ids[i][j],), "copy", deps)
+            after = [prev[i]] if pairwise and i in prev else []
+            prev[i] = dag.add(i, j, (ids[i][j],), "copy", (), after)
 
 
 def hierarchical_dag(dag: StepDag, servers, size: float) -> None:
@@ -351,5 +371,6 @@ def dag_specs(dag: StepDag, gpus) -> list:
             hop, nvls = ("up", gpus[t.src]), True
         else:
             hop, nvls = (gpus[t.src], gpus[t.dst]), False
-        specs.append(FlowSpec([hop], t.nbytes, steps=1, deps=t.deps, weights=[1.0] if nvls else None, nvls=nvls))
+        specs.append(FlowSpec([hop], t.nbytes, steps=1, deps=t.deps, weights=[1.0] if nvls else None,
+                              nvls=nvls, after=t.after))
     return specs

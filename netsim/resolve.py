@@ -19,6 +19,7 @@ class ResolvedFlow:
     latency_s: float
     cap_Bps: float
     deps: tuple[int, ...]
+    after: tuple[int, ...] = ()
 
 
 def ecmp_key(spec_idx: int, hop_idx: int) -> int:
@@ -61,7 +62,8 @@ def resolve(view, spec: FlowSpec, spec_idx: int, unit_size: float = 1.0) -> Reso
         np.add.at(wsum, inv, np.asarray(ws))
     else:
         uniq, wsum = np.zeros(0, dtype=np.int64), np.zeros(0)
-    return ResolvedFlow(uniq, wsum, spec.nbytes / unit_size, spec.steps * step_lat, cap, tuple(spec.deps))
+    return ResolvedFlow(uniq, wsum, spec.nbytes / unit_size, spec.steps * step_lat, cap, tuple(spec.deps),
+                        tuple(spec.after))
 
 
 def static_time_s(view, flows: list[ResolvedFlow], size: float, use_numba: bool | None = None) -> float:
@@ -73,7 +75,7 @@ def static_time_s(view, flows: list[ResolvedFlow], size: float, use_numba: bool 
         return 0.0
     level = [0] * len(flows)
     for i, f in enumerate(flows):
-        level[i] = 1 + max((level[d] for d in f.deps), default=-1)
+        level[i] = 1 + max((level[d] for d in f.deps + f.after), default=-1)
     end = [0.0] * len(flows)
     for lv in range(max(level) + 1):
         idx = [i for i in range(len(flows)) if level[i] == lv]
@@ -86,8 +88,9 @@ def static_time_s(view, flows: list[ResolvedFlow], size: float, use_numba: bool 
         rates = maxmin_rates(view.capacity_Bps, ptr, fl, fw, caps, use_numba=use_numba)
         for j, i in enumerate(idx):
             f = flows[i]
-            start = max((end[d] for d in f.deps), default=0.0)
+            ready = max((end[d] for d in f.deps), default=0.0) + f.latency_s
+            start = max([ready] + [end[d] for d in f.after])
             nbytes = f.frac * size
             dur = 0.0 if nbytes <= 0 else (nbytes / rates[j] if rates[j] > 0 else math.inf)
-            end[i] = start + f.latency_s + dur
+            end[i] = start + dur
     return max(end)

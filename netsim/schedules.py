@@ -32,7 +32,7 @@ APPLICABLE = {
     "recv": ("p2p",),
 }
 
-DIRECT_BUNDLE_ABOVE = 128   # direct all-to-all over more ranks: one lock-step flow per shift
+DIRECT_BUNDLE_ABOVE = 32    # direct all-to-all over more ranks: one lock-step flow per shift
 
 
 @dataclass
@@ -46,6 +46,7 @@ class FlowSpec:
     weights: list[float] | None = None
     nvls: bool = False
     pxn: bool = False
+    after: tuple[int, ...] = ()   # order-only predecessors: start after they finish, no extra latency
 
 
 @dataclass

@@ -105,6 +105,8 @@ class EngineResult:
     trace: list             # (stage, thread, name, start_s, dur_s, category) when tracing
     comm_count: int         # network collectives submitted
     rep_ranks: list[int]
+    bypassed: int = 0       # collectives timed by backend.estimate (isolated NVLink kinds)
+    isolated: tuple = ()
 
 
 class _Stream:
@@ -150,6 +152,8 @@ class Engine:
         self._rendezvous: dict = {}
         self._avail: dict = {}
         self.comm_count = 0
+        self.bypassed = 0
+        self._est_cache: dict = {}
         self.trace: list = []
         self.layers: dict = defaultdict(LayerStats)
 
@@ -189,6 +193,26 @@ class Engine:
             self._group_cache["rail_pure"] = hit
         return hit
 
+    def _direct_ports(self) -> bool:
+        """True when every GPU links straight to its first-hop switches (its own NIC endpoint, as in
+        SimAI): then a group whose members share their first-hop switches uses only its members'
+        own access links."""
+        hit = self._group_cache.get("direct_ports")
+        if hit is None:
+            topo = self.topo
+            hit = hasattr(topo, "gpu_ports") and hasattr(topo, "tors_of") and all(
+                len(path) == 2 for g in range(int(topo.num_gpus)) for path in topo.gpu_ports(g))
+            self._group_cache["direct_ports"] = hit
+        return hit
+
+    def _tors(self, gpu: int):
+        key = ("tors", gpu)
+        r = self._domain_cache.get(key)
+        if r is None:
+            r = tuple(self.topo.tors_of(gpu))
+            self._domain_cache[key] = r
+        return r
+
     def _rail(self, gpu: int) -> int:
         key = ("rail", gpu)
         r = self._domain_cache.get(key)
@@ -204,6 +228,10 @@ class Engine:
         dom = self._domain
         if all(all(dom(g) == dom(grp[0]) for g in grp[1:]) for grp in groups):
             return [grp for grp in groups if rep_gpu in grp][:1]
+        if self._direct_ports():
+            tors = self._tors
+            if all(all(tors(g) == tors(grp[0]) for g in grp[1:]) for grp in groups):
+                return [grp for grp in groups if rep_gpu in grp][:1]
         rail = self._rail
         if self._rail_pure() and all(all(rail(g) == rail(grp[0]) for g in grp[1:]) for grp in groups):
             r = rail(rep_gpu)
@@ -241,6 +269,52 @@ class Engine:
         pairs = self._select(pairs, rep_gpu)
         self._group_cache[key] = pairs
         return pairs
+
+    def _find_isolated(self) -> set:
+        """Group kinds whose per-micro-batch collectives never share a link with other traffic.
+
+        A kind qualifies when all its groups lie inside NVLink domains and no other kind used in the
+        forward/backward lists (nor a pipeline send) has two members in one NVLink domain: its traffic
+        then stays on NVLink links that only its own (stream-serialised) collectives use, so each
+        collective takes exactly its idle-network time (backend.estimate). Once-per-iteration ops
+        (iteration_start/end) always go through the network backend.
+        """
+        if self.sampling != "auto" or not hasattr(self.topo, "nvlink_domain_of"):
+            return set()
+        import numpy as np
+        kinds = {op.group for st in self.w.stages for ch in st.chunks for op in list(ch.forward) + list(ch.backward)
+                 if op.is_comm and op.group != "pp"}
+        dom = np.array([self.topo.nvlink_domain_of(g) for g in range(int(self.topo.num_gpus))])
+        shared: set = set()
+        all_intra: set = set()
+        for k in kinds:
+            rows = self.pl.rank_groups(k)
+            if rows.shape[1] < 2:
+                continue
+            d = dom[self.pl.gpus[rows]]
+            ds = np.sort(d, axis=1)
+            if (ds[:, 1:] == ds[:, :-1]).any():
+                shared.add(k)
+            if (d == d[:, :1]).all():
+                all_intra.add(k)
+        if self.p > 1:
+            rows = self.pl.rank_groups("pp")
+            d = dom[self.pl.gpus[rows]]
+            if (d == np.roll(d, -1, axis=1)).any():
+                shared.add("pp")
+        if len(shared) == 1 and shared <= all_intra:
+            return set(shared)
+        return set()
+
+    def _bypass(self, handle: Handle, req: CollectiveRequest, now: float) -> None:
+        key = (req.op, req.gpus, req.size_bytes)
+        est = self._est_cache.get(key)
+        if est is None:
+            est = float(self.net.estimate(req))
+            self._est_cache[key] = est
+        handle.start_s = now
+        self.bypassed += 1
+        self._push(now + est, self._finish, handle)
 
     # ---------------- network submission ----------------
     def _submit(self, handle: Handle, reqs: list[CollectiveRequest], now: float) -> None:
@@ -295,6 +369,7 @@ class Engine:
     def run(self) -> EngineResult:
         p = self.p
         self.rep_ranks = [int(self.pl.stage_ranks(s)[0]) for s in range(p)]
+        self.isolated = self._find_isolated()
         kind = self.w.schedule if p > 1 or self.v > 1 else "1f1b"
         if kind == "none":
             kind = "1f1b"
@@ -335,7 +410,8 @@ class Engine:
         for r in self.runs:
             r.stats.bubble_s += T - r.stats.end_s
         return EngineResult(iteration_time_s=T, stages=[r.stats for r in self.runs], layers=dict(self.layers),
-                            trace=self.trace, comm_count=self.comm_count, rep_ranks=self.rep_ranks)
+                            trace=self.trace, comm_count=self.comm_count, rep_ranks=self.rep_ranks,
+                            bypassed=self.bypassed, isolated=tuple(sorted(self.isolated)))
 
 
 def default_row_key(op) -> str:
@@ -460,6 +536,20 @@ class _StageRun:
                     eng._submit(master, reqs, t)
         else:
             groups = eng._groups_for(op.group, self.stage)
+            if op.group in eng.isolated and self.segments[self.seg][0] in ("fwd", "bwd") and len(groups) == 1:
+                req1 = CollectiveRequest(op.collective, groups[0], int(op.size_bytes), tag=f"{op.group}:{op.name}")
+
+                def make_reqs(h: Handle, t: float) -> None:
+                    eng._bypass(h, req1, t)
+                eng._stream_issue(self, op.group, handle, make_reqs)
+                if record:
+                    def account() -> None:
+                        st = eng.layers[row]
+                        st.comm_s[col] += handle.done_s - handle.start_s
+                        st.comm_bytes[col] += op.size_bytes
+                        st.comm_kind[col] = (op.collective, len(groups[0]))
+                    handle.waiters.append(account)
+                return handle
 
             def make_reqs(h: Handle, t: float) -> None:
                 reqs = [CollectiveRequest(op.collective, g, int(op.size_bytes), tag=f"{op.group}:{op.name}")

@@ -176,7 +176,8 @@ def simulate(workload, topology, *, gpu: str, network="flow", db=None, placement
         "num_microbatches": int(workload.num_microbatches), "schedule": workload.schedule,
         "global_batch_size": plan.global_batch_size, "seq_length": plan.seq_length, "dtype": plan.dtype,
         "model": getattr(workload.model, "name", ""), "sampling": sampling,
-        "network_collectives": res.comm_count, "peak_flops": peak,
+        "network_collectives": res.comm_count, "estimated_collectives": res.bypassed,
+        "isolated_kinds": list(res.isolated), "peak_flops": peak,
         "executed_flops": executed, "model_flops": model_flops,
         "wall_time_s": time.perf_counter() - t_wall,
     }

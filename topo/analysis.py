@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter, deque
 
 from topo.errors import TopoError
-from topo.model import Topology, is_host_side, is_network_switch, tier_rank
+from topo.model import Topology, is_network_switch, tier_rank
 
 
 def validate(t: Topology, radix: int | dict[str, int] | None = None) -> list[str]:
@@ -90,6 +90,11 @@ def check(t: Topology, radix: int | dict[str, int] | None = None) -> None:
         raise TopoError(f"topology {t.name or ''}: {problems[0]}".replace("topology : ", "topology: "))
 
 
+def _tier_order(tier: str) -> tuple[int, str]:
+    low = ("gpu", "nvswitch", "pcie", "nic")
+    return (low.index(tier), "") if tier in low else (len(low) + tier_rank(tier), tier)
+
+
 def _level(t: Topology) -> list[int]:
     return [tier_rank(x.tier) + 1 if is_network_switch(x) else 0 for x in t.nodes]
 
@@ -129,10 +134,11 @@ def summarize(t: Topology, router=None) -> dict:
     return {
         "name": t.name, "gpus": t.num_gpus, "gpu_type": t.gpu_type, "gpus_per_server": t.gpus_per_server,
         "servers": t.num_servers, "nvlink_domain_size": t.nvlink_domain_size,
-        "nodes_per_tier": dict(sorted(tiers.items(), key=lambda kv: (tier_rank(kv[0]), kv[0]))),
+        "nodes_per_tier": dict(sorted(tiers.items(), key=lambda kv: _tier_order(kv[0]))),
         "cables_per_kind": dict(cables), "max_ports_per_tier": ports,
         "oversubscription": over,
-        "injection_Bps": injection, "full_bisection_Bps": injection / 2, "bisection_Bps": bisection,
+        "injection_Bps": injection, "injection_per_gpu_Bps": injection / t.num_gpus if t.num_gpus else 0.0,
+        "full_bisection_Bps": injection / 2, "bisection_Bps": bisection,
         "max_hops": max_hops, "rails": len(rails), "rail_optimized": _rail_optimized(t) if injection else False,
     }
 
@@ -187,14 +193,11 @@ def format_summary(s: dict) -> str:
              "ports (max)  " + (", ".join(f"{k} {v}" for k, v in s["max_ports_per_tier"].items()) or "-"),
              "oversub      " + (", ".join(f"{k} {v:g}:1" for k, v in s["oversubscription"].items()) or "-")
              + "   (down / up bandwidth per tier)",
-             f"injection    {gbps(s['injection_Bps'])}   (GPU/NIC -> ToR, one direction)",
+             f"injection    {gbps(s['injection_Bps'])} = {gbps(s['injection_per_gpu_Bps'])} per GPU"
+             "   (GPU/NIC -> ToR, one direction)",
              f"bisection    {gbps(s['bisection_Bps'])} of full {gbps(s['full_bisection_Bps'])}"
              f" = {s['bisection_Bps'] / s['full_bisection_Bps']:.2f}   (tier-cut)" if s["full_bisection_Bps"]
              else "bisection    - (no scale-out network)",
              f"max hops     {s['max_hops']}   (links on the longest shortest GPU-GPU route)",
              f"rails        {s['rails']}" + (" (rail-optimized)" if s["rail_optimized"] else "")]
     return "\n".join(lines)
-
-
-def is_host(node) -> bool:  # re-export for drawing
-    return is_host_side(node)

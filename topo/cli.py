@@ -17,6 +17,8 @@ import sys
 
 from topo.errors import TopoError
 
+SIMAI_GPU_TYPES = ("A100", "A800", "H100", "H800")
+
 
 def register(subparsers) -> None:
     """Add this package's subcommands to the clustersim parser."""
@@ -62,6 +64,7 @@ def register(subparsers) -> None:
     c.add_argument("-k", "--k", dest="k", type=int, help="fat-tree arity (16)")
     c.add_argument("--nvswitch-chips", type=int,
                    help="faithful NVSwitch: chips per NVLink domain, GPU bandwidth split over them")
+    c.add_argument("--nvswitch-chip-links", help="NVLink ports per GPU to each chip, e.g. 5,4,4,5 (HGX H100)")
     c.add_argument("--nvlink-domain", dest="nvlink_domain_size", type=int, help="GPUs per NVLink domain")
     c.add_argument("--nics", action="store_true", help="model NICs as nodes (GPU -PCIe- NIC - ToR)")
     c.add_argument("--gpus-per-nic", type=int, help="GPUs sharing one NIC (1; pcie template 2)")
@@ -77,7 +80,7 @@ _PARAMS = ("gpus", "gpus_per_server", "gpu_type", "nvswitch_per_server", "nvlink
            "nvlink_latency_s", "latency_s", "nic_bandwidth_Bps", "asw_count", "nics_per_asw", "psw_count",
            "asw_psw_bandwidth_Bps", "asw_per_psw", "error_rate", "pods", "segments_per_pod",
            "tor_oversubscription", "core_oversubscription", "core_radix", "k", "nvswitch_chips",
-           "nvlink_domain_size", "gpus_per_nic", "pcie_bandwidth_Bps", "network")
+           "nvswitch_chip_links", "nvlink_domain_size", "gpus_per_nic", "pcie_bandwidth_Bps", "network")
 
 
 def _template_of(args, name: str | None) -> str:
@@ -122,6 +125,12 @@ def _load(args, target: str):
         raise
 
 
+def _check_out_dir(out: str) -> None:
+    d = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(d):
+        raise TopoError(f"-o: directory {d} does not exist")
+
+
 def main(args) -> int:
     what = list(args.what)
     if what and what[0] in ("info", "draw"):
@@ -138,10 +147,14 @@ def main(args) -> int:
     out = args.output or t.name
     if os.path.isdir(out):
         out = os.path.join(out, t.name)
+    _check_out_dir(out)
     for note in t.notes:
         print(f"warning: {note}", file=sys.stderr)
     for w in write_simai_topology(t, out):
         print(f"warning: {w}", file=sys.stderr)
+    if t.gpu_type not in SIMAI_GPU_TYPES:
+        print(f"note: SimAI knows GPU types {' '.join(SIMAI_GPU_TYPES)}; it reads '{t.gpu_type}' as NONE",
+              file=sys.stderr)
     print(f"wrote {out}: {len(t.nodes)} nodes ({t.num_gpus} GPUs), {t.num_cables} links")
     return 0
 
@@ -165,6 +178,7 @@ def _draw(args, t) -> int:
     from topo.draw import draw_topology
 
     out = args.output or "topology.png"
+    _check_out_dir(out)
     draw_topology(t, out)
     print(f"wrote {out}")
     return 0

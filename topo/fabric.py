@@ -38,6 +38,7 @@ class FabricSpec:
     nvswitch_count: int = 1             # per server ("simai") or per domain ("chips")
     nvlink: Rate | None = None          # simai: per GPU-NVSwitch link; chips: per GPU, split over chips
     nvlink_latency: Rate | None = None
+    nvlink_chip_links: tuple[int, ...] = ()  # chips: NVLink ports per GPU to each chip (H100: 5,4,4,5)
     pcie: Rate | None = None            # GPU-PCIe switch / GPU-NIC / NIC-PCIe links
     pcie_latency: Rate | None = None
     pcie_switches_per_server: int = 2
@@ -124,10 +125,12 @@ def build_fabric(spec: FabricSpec, name: str = "") -> Topology:
         _need(n >= 1, "nvswitch_chips: must be >= 1")
         domains = G // dom
         base = b.add(domains * n, "nvswitch", "nvswitch")
-        per_chip = Rate(spec.nvlink.value / n, _fmt_rate(spec.nvlink.value / n))
+        w = spec.nvlink_chip_links or (1,) * n
+        _need(len(w) == n and min(w) > 0, f"nvswitch_chip_links: need {n} positive port counts, got {list(w)}")
+        per_chip = [Rate(spec.nvlink.value * x / sum(w), _fmt_rate(spec.nvlink.value * x / sum(w))) for x in w]
         for g in range(G):
             d = g // dom
-            host_links[g] = [(base + d * n + k, per_chip, spec.nvlink_latency, "nvlink") for k in range(n)]
+            host_links[g] = [(base + d * n + k, per_chip[k], spec.nvlink_latency, "nvlink") for k in range(n)]
     elif spec.host == "pcie":
         p = spec.pcie_switches_per_server
         _need(p >= 1 and gps % p == 0, f"pcie_switches_per_server: {p} must divide GPUs per server {gps}")
@@ -288,7 +291,6 @@ def _clos(spec: FabricSpec, b: _Builder, n_ep: int, rails: int, notes: list[str]
             for j in range(psn):
                 for c in range(per_group):
                     psw_core.append((psw_base[p] + j, core_base + j * per_group + c, rate))
-        notes.append(f"core tier: {psn} groups x {per_group} core switches, PSW uplink = downlink / {ratio:g}")
     return ep_tor, asw_psw, psw_core
 
 

@@ -64,7 +64,7 @@ class Topology:
     links: tuple[Link, ...]
     name: str = field(default="", compare=False)
     notes: tuple[str, ...] = field(default=(), compare=False)
-    _cache: dict = field(default_factory=dict, compare=False, repr=False)
+    _cache: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     # ---- sizes -------------------------------------------------------------------------------
     @property
@@ -137,6 +137,35 @@ class Topology:
             rails = _rails(self)
             self._cache["rail"] = rails
         return rails[gpu]
+
+    def network_bandwidth_of(self, gpu: int) -> float:
+        """Scale-out bandwidth of one GPU (bytes/s, one direction): the sum over its exits of the
+        NIC/ToR link rate shared by the GPUs using that NIC, capped by the GPU-side (PCIe) links."""
+        self._check_gpu(gpu)
+        users = self._cache.get("nic_users")
+        if users is None:
+            users = {}
+            for g in range(self.num_gpus):
+                for p in self.gpu_ports(g):
+                    users.setdefault(p[-2], set()).add(g)
+            users = {k: len(v) for k, v in users.items()}
+            self._cache["nic_users"] = users
+        total = 0.0
+        seen: set[tuple[int, int]] = set()
+        for p in self.gpu_ports(gpu):
+            if (p[-2], p[-1]) in seen:
+                continue
+            seen.add((p[-2], p[-1]))
+            hops = [self._link(a, b).bandwidth_Bps for a, b in zip(p, p[1:])]
+            share = hops[-1] / (users[p[-2]] if p[-2] != gpu else 1)
+            total += min([share] + hops[:-1])
+        return total
+
+    def _link(self, a: int, b: int) -> Link:
+        for lk in self.out_links(a):
+            if lk.dst == b:
+                return lk
+        raise KeyError((a, b))
 
     def nic_rail(self, nic: int) -> int:
         """Rail (index within its server) of a NIC node; -1 if no GPU uses it."""

@@ -54,6 +54,9 @@ class Router:
         links = t.links
         src = np.fromiter((lk.src for lk in links), dtype=np.int64, count=len(links))
         dst = np.fromiter((lk.dst for lk in links), dtype=np.int64, count=len(links))
+        n_l = len(links)
+        self._paired = n_l % 2 == 0 and bool(np.array_equal(src[0::2], dst[1::2])) and \
+            bool(np.array_equal(dst[0::2], src[1::2]))
         both = self._is_net[src] & self._is_net[dst]
         lid = np.flatnonzero(both)
         s_c = self._sw_index[src[lid]]
@@ -116,7 +119,7 @@ class Router:
         got = self._host_in.get(g)
         if got is None:
             got = {}
-            for lid, sw in self._hout(g):
+            for _lid, sw in self._hout(g):
                 for lk in self.topology.out_links(sw):
                     if lk.dst == g:
                         got.setdefault(sw, lk.id)
@@ -181,7 +184,11 @@ class Router:
 
     def _dst_ports(self, g: int) -> list[tuple[tuple[int, ...], int]]:
         got = self._rports.get(g)
-        if got is None:
+        if got is None and self._paired:
+            # cables are link pairs (2k, 2k+1): the reverse of link L is L ^ 1
+            got = [(tuple(lid ^ 1 for lid in reversed(pre)), sw) for pre, sw in self._src_ports(g)]
+            self._rports[g] = got
+        elif got is None:
             got = []
             for nodes in self.topology.gpu_ports(g):
                 rev = nodes[::-1]
@@ -239,34 +246,44 @@ class Router:
         if not sp or not dp:
             raise ValueError(f"no route from GPU {a} to GPU {b}: "
                              f"{'source' if not sp else 'destination'} has no network link")
-        best = None
-        cands: list[tuple[tuple[int, ...], int, tuple[int, ...], int]] = []
         idx = self._idx
-        for pre, s_sw in sp:
-            for suf, d_sw in dp:
-                dd = self._towards(d_sw)[0][idx[s_sw]]
-                if dd < 0:
-                    continue
-                cost = len(pre) + dd + len(suf)
-                if best is None or cost < best:
-                    best = cost
-                    cands = [(pre, s_sw, suf, d_sw)]
-                elif cost == best:
-                    cands.append((pre, s_sw, suf, d_sw))
-        if not cands:
-            raise ValueError(f"no route from GPU {a} to GPU {b}: network not connected")
-        pre, s_sw, suf, d_sw = cands[_mix(origin, b, key, 7) % len(cands)] if len(cands) > 1 else cands[0]
+        h = _mix(origin, b, key, 7)
+        if len(sp) == 1 and len(dp) == 1:
+            pre, s_sw = sp[0]
+            suf, d_sw = dp[0]
+            route = self._towards(d_sw)
+            if route[0][idx[s_sw]] < 0:
+                raise ValueError(f"no route from GPU {a} to GPU {b}: network not connected")
+        else:
+            best = None
+            cands: list[tuple[tuple[int, ...], int, tuple[int, ...], int]] = []
+            for pre, s_sw in sp:
+                for suf, d_sw in dp:
+                    dd = self._towards(d_sw)[0][idx[s_sw]]
+                    if dd < 0:
+                        continue
+                    cost = len(pre) + dd + len(suf)
+                    if best is None or cost < best:
+                        best = cost
+                        cands = [(pre, s_sw, suf, d_sw)]
+                    elif cost == best:
+                        cands.append((pre, s_sw, suf, d_sw))
+            if not cands:
+                raise ValueError(f"no route from GPU {a} to GPU {b}: network not connected")
+            pre, s_sw, suf, d_sw = cands[h % len(cands)]
+            route = self._towards(d_sw)
         out = list(pre)
         x, y = idx[s_sw], idx[d_sw]
-        _, ptr, nlid, ndst = self._towards(d_sw)
-        hop = 0
+        _, ptr, nlid, ndst = route
         while x != y:
             lo = ptr[x]
             n = ptr[x + 1] - lo
-            k = lo + (_mix(origin, b, key, 11 + hop) % n if n > 1 else 0)
-            out.append(nlid[k])
-            x = ndst[k]
-            hop += 1
+            if n > 1:
+                # per-switch hash of the flow (as a switch hashes the 5-tuple), cheap mixing
+                hh = ((h ^ (x * 0x9E3779B97F4A7C15)) * 0xBF58476D1CE4E5B9) & _M64
+                lo += (hh >> 29) % n
+            out.append(nlid[lo])
+            x = ndst[lo]
         out.extend(suf)
         return tuple(out)
 

@@ -11,11 +11,14 @@ seconds or strings such as "0.0005ms"):
   gpus, gpus_per_server, gpu_type, error_rate,
   nvswitch_per_server (SimAI model: that many NVSwitch nodes, each linked to every GPU at the full
   nvlink rate), nvswitch_chips (faithful: that many chips per NVLink domain, each GPU's NVLink
-  bandwidth split evenly over them), nvlink_bandwidth_Bps, nvlink_latency_s,
+  bandwidth split evenly over them, or by nvswitch_chip_links such as "5,4,4,5" for HGX H100),
+  nvlink_bandwidth_Bps, nvlink_latency_s,
   nic_bandwidth_Bps (endpoint-ToR link), latency_s, nics (NIC nodes), gpus_per_nic, pcie_bandwidth_Bps,
   pcie_latency_s, asw_count, nics_per_asw, psw_count (per pod), asw_psw_bandwidth_Bps, asw_per_psw,
-  dual_tor, dual_plane, rail_optimized, pods, segments_per_pod, tor_oversubscription,
-  core_oversubscription (alias oversubscription), core_radix, k (fat-tree), nvlink_domain_size,
+  dual_tor, dual_plane, rail_optimized, pods, segments_per_pod,
+  tor_oversubscription (ASW down/up bandwidth; sets the PSW count per pod),
+  core_oversubscription (multi-pod: PSW down/up bandwidth), oversubscription (= core_oversubscription
+  for multi-pod, tor_oversubscription otherwise), core_radix, k (fat-tree), nvlink_domain_size,
   network (False: servers / NVLink domains only).
 """
 
@@ -56,6 +59,7 @@ _KNOWN = set(SIMAI_BASE) | {
     "dual_tor", "dual_plane", "rail_optimized", "nvswitch_chips", "nics", "gpus_per_nic",
     "pcie_bandwidth_Bps", "pcie_latency_s", "pcie_switches_per_server", "pods", "segments_per_pod",
     "tor_oversubscription", "core_oversubscription", "oversubscription", "core_radix", "k",
+    "nvswitch_chip_links",
     "nvlink_domain_size", "network", "name", "flag_names"}
 
 
@@ -132,6 +136,16 @@ def _int(p: dict, key: str, flag: str) -> int:
     return v
 
 
+def _float(p: dict, key: str, flag: str) -> float:
+    try:
+        v = float(p[key])
+    except (TypeError, ValueError):
+        raise TopoError(f"{flag}: expected a number, got {p[key]!r}") from None
+    if not v > 0:
+        raise TopoError(f"{flag}: must be > 0, got {p[key]!r}")
+    return v
+
+
 def build(template: str, **params) -> Topology:
     """Build a topology from a template name (see module docstring for parameters)."""
     t = canonical_template(template)
@@ -184,6 +198,18 @@ def build(template: str, **params) -> Topology:
     if p.get("nvswitch_chips"):
         spec.host = "chips"
         spec.nvswitch_count = _int(p, "nvswitch_chips", fl("nvswitch_chips"))
+    if p.get("nvswitch_chip_links"):
+        links = p["nvswitch_chip_links"]
+        if isinstance(links, str):
+            try:
+                links = [int(x) for x in links.split(",")]
+            except ValueError:
+                raise TopoError(f"{fl('nvswitch_chip_links')}: expected comma-separated integers, "
+                                f"got {links!r}") from None
+        spec.nvlink_chip_links = tuple(int(x) for x in links)
+        if not p.get("nvswitch_chips"):
+            spec.host = "chips"
+            spec.nvswitch_count = len(spec.nvlink_chip_links)
     if p.get("nics"):
         spec.nics = True
         spec.gpus_per_nic = _int(p, "gpus_per_nic", fl("gpus_per_nic")) if "gpus_per_nic" in p else 1
@@ -194,21 +220,25 @@ def build(template: str, **params) -> Topology:
         spec.nvlink_domain_size = _int(p, "nvlink_domain_size", fl("nvlink_domain_size"))
     if "network" in p:
         spec.network = bool(p["network"])
+    tor_key = "tor_oversubscription" if "tor_oversubscription" in p else (
+        "oversubscription" if "oversubscription" in p and t != "multi-pod" else None)
+    if tor_key:
+        if t == "fat-tree":
+            raise TopoError(f"{fl(tor_key)}: a k-ary fat-tree is non-blocking by construction")
+        tor = _float(p, tor_key, fl(tor_key))
+        planes = 2 if spec.dual_plane else 1
+        per_plane = math.ceil(spec.nics_per_asw * spec.nic.value / (spec.asw_psw.value * tor))
+        spec.psw_per_pod = per_plane * planes
+    if "core_oversubscription" in p and t != "multi-pod":
+        raise TopoError(f"{fl('core_oversubscription')}: only the multi-pod template has a core tier")
     if t == "multi-pod":
         spec.core = True
-        ratio = p.get("core_oversubscription", p.get("oversubscription", 1.0))
-        spec.core_oversubscription = float(ratio)
+        key = "core_oversubscription" if "core_oversubscription" in p else "oversubscription"
+        spec.core_oversubscription = _float(p, key, fl(key)) if key in p else 1.0
         spec.core_radix = _int(p, "core_radix", fl("core_radix")) if "core_radix" in p else 64
         spec.pods = _int(p, "pods", fl("pods")) if "pods" in p else 0
         if "segments_per_pod" in p:
             spec.segments_per_pod = _int(p, "segments_per_pod", fl("segments_per_pod"))
-        tor = float(p.get("tor_oversubscription", 1.0))
-        if tor <= 0:
-            raise TopoError(f"{fl('tor_oversubscription')}: must be > 0, got {tor}")
-        if "tor_oversubscription" in p:
-            planes = 2 if spec.dual_plane else 1
-            per_plane = math.ceil(spec.nics_per_asw * spec.nic.value / (spec.asw_psw.value * tor))
-            spec.psw_per_pod = per_plane * planes
     elif t == "fat-tree":
         k = _int(p, "k", "k")
         spec.fat_tree_k = k
@@ -237,7 +267,7 @@ def build(template: str, **params) -> Topology:
 
 _PCIE_GEN5 = "512Gbps"   # PCIe Gen5 x16 raw line rate per direction (32 GT/s x 16 lanes)
 _PCIE_GEN4 = "256Gbps"   # PCIe Gen4 x16 (16 GT/s x 16 lanes)
-_PCIE_LAT = "0.0005ms"
+_PCIE_LAT = "0.0001ms"   # one PCIe switch hop, about 100 ns
 _OWN_DEFAULTS = {
     "multi-pod": dict(gpus=16384),
     "fat-tree": dict(k=16, gpus_per_server=8),

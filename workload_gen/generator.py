@@ -73,6 +73,9 @@ def generate(model: ModelSpec, plan: ParallelPlan) -> Workload:
         "flops_convention": "model FLOPs: GEMM 2mnk; attention over the full s_q x s_kv matrix (causal "
                             "kernels flagged causal=True); flash backward = 2x forward",
         "grad_dtype_bytes": ds.grad_bytes(c) if plan.framework == "deepspeed" else dp_comm.GRAD_BYTES,
+        "wait_op_rule": "a non-blocking comm must finish before the first later op in the same list whose "
+                        "name equals wait_op (None: before the end of that list)",
+        "dropout": c.dropout,
     }
     return Workload(model=model, plan=plan, stages=stages, schedule=schedule,
                     num_microbatches=plan.num_microbatches, meta=meta)

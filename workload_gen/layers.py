@@ -63,8 +63,7 @@ def make_ctx(model: ModelSpec, plan: ParallelPlan) -> Ctx:
     act = "fp16" if plan.dtype == "fp16" else "bf16"
     # GPT-style models (GELU, LayerNorm) train with dropout 0.1 in Megatron's GPT recipes; Llama-style
     # recipes use none. model.extra["dropout"] overrides.
-    dropout = bool(model.extra.get("dropout", model.activation == "gelu")) if model.extra is not None \
-        else model.activation == "gelu"
+    dropout = bool((model.extra or {}).get("dropout", model.activation == "gelu"))
     vocab = padded_vocab_size(model.vocab_size, t, model.make_vocab_size_divisible_by)
     return Ctx(model=model, plan=plan, b=plan.micro_batch_size, s=plan.seq_length, cp=cp, t=t, sp=sp,
                tokens=tokens, tokens_sp=tokens // t if sp else tokens, h=model.hidden_size,
@@ -125,9 +124,11 @@ def linear(c: Ctx, name: str, m: int, n: int, k: int, layer: int, saved: int, pa
     return ops[0], ops[1], ops[2], (0 if expert else params), (params if expert else 0)
 
 
-def norm(c: Ctx, name: str, tokens: int, width: int, layer: int, saved: int, kind: str | None = None) -> Unit:
+def norm(c: Ctx, name: str, tokens: int, width: int, layer: int, saved: int, kind: str | None = None,
+         copies: int = 1) -> Unit:
+    """Norm kernel over `tokens` rows of `width`; `copies` separate weight sets (q and k norms: 2)."""
     kind = kind or c.model.norm
-    params = 2 * width if kind == "layernorm" else width
+    params = copies * (2 * width if kind == "layernorm" else width)
     nb = c.ab * tokens * width
     f = compute(name, kind, {"tokens": tokens, "hidden": width}, c.act, 5.0 * tokens * width, 2 * nb, "fwd",
                 layer, saved)
@@ -338,6 +339,52 @@ def rotary(c: Ctx, layer: int, heads: int, head_dim: int) -> Unit:
     return Unit([f], [(b, 0, 0)])
 
 
+def _latent_gather(c: Ctx, name: str, width: int, layer: int) -> Unit:
+    """TP comm of a low-rank latent computed by a TP-replicated down-projection (Megatron MLA):
+    SP: all-gather of the sequence-sharded latent (backward: reduce-scatter of its partial gradients);
+    no SP: none forward, all-reduce of the up-projection's partial input gradient backward."""
+    if c.t == 1:
+        return Unit()
+    size = c.ab * c.tokens * width
+    if c.sp:
+        return Unit([comm(f"{name}_ag", "all_gather", "tp", size, layer, "fwd")],
+                    [(comm(f"{name}_rs_bwd", "reduce_scatter", "tp", size, layer, "bwd"), 0, 0)])
+    return Unit([], [(comm(f"{name}_ar_bwd", "all_reduce", "tp", size, layer, "bwd"), 0, 0)])
+
+
+def mla_projection_units(c: Ctx, layer: int, heads: int, in_saved: int) -> list[Unit]:
+    """DeepSeek MLA projections as megatron-core builds them: the q/kv down-projections are replicated
+    over TP and run on this rank's (sequence-parallel) tokens; their latents are gathered over TP and
+    normalised; the up-projections are column-parallel over heads. Without q LoRA the query is a plain
+    column-parallel projection of the (gathered) hidden states."""
+    m, T, Tsp, h, ab = c.model, c.tokens, c.tokens_sp, c.h, c.ab
+    qk, dv = m.qk_head_dim, m.v_head_size
+    rope, nope = m.qk_rope_head_dim or 0, m.qk_nope_head_dim or 0
+    kv_lora = m.kv_lora_rank or 0
+    units: list[Unit] = []
+
+    def lin(name, mm, n, k, saved, params):
+        f, dg, wg, pd, _ = linear(c, name, mm, n, k, layer, saved, params)
+        return Unit([f], [(dg, 0, 0), (wg, pd, 0)])
+
+    ql = m.q_lora_rank
+    # the down-projections share one saved input (the norm output on this rank's tokens)
+    if ql:
+        units.append(lin("attn_q_down", Tsp, ql, h, in_saved, h * ql))
+    units.append(lin("attn_kv_down", Tsp, kv_lora + rope, h, 0 if ql else in_saved, h * (kv_lora + rope)))
+    if ql:
+        units.append(_latent_gather(c, "attn_q_latent", ql, layer))
+    units.append(_latent_gather(c, "attn_kv_latent", kv_lora + rope, layer))
+    if ql:
+        units.append(norm(c, "attn_q_norm", T, ql, layer, saved=ab * T * ql, kind="rmsnorm"))
+        units.append(lin("attn_q_up", T, heads * qk, ql, ab * T * ql, ql * heads * qk))
+    else:
+        units.append(column_unit(c, "attn", "attn_q", T, heads * qk, h, layer, 0, h * heads * qk))
+    units.append(norm(c, "attn_kv_norm", T, kv_lora, layer, saved=ab * T * kv_lora, kind="rmsnorm"))
+    units.append(lin("attn_kv_up", T, heads * (nope + dv), kv_lora, ab * T * kv_lora, kv_lora * heads * (nope + dv)))
+    return units
+
+
 def attention_units(c: Ctx, layer: int, selective: bool) -> list[Unit]:
     """Input norm, QKV (or MLA projections), rotary, core, output projection, dropout-add."""
     m, T, Tsp, h, t, ab = c.model, c.tokens, c.tokens_sp, c.h, c.t, c.ab
@@ -347,41 +394,8 @@ def attention_units(c: Ctx, layer: int, selective: bool) -> list[Unit]:
     # input of the first GEMM(s): saved sequence-sharded with SP (re-gathered in backward)
     in_saved = ab * Tsp * h
     if m.is_mla:
-        qk, dv = m.qk_head_dim, m.v_head_size
-        rope, nope = m.qk_rope_head_dim or 0, m.qk_nope_head_dim or 0
-        kv_lora = m.kv_lora_rank or 0
-        # the down-projections are replicated over TP ("duplicated"): full width on every rank
-        sub: list[Unit] = []
-        if m.q_lora_rank:
-            ql = m.q_lora_rank
-            f, dg, wg, pd, _ = linear(c, "attn_q_down", T, ql, h, layer, 0, h * ql)
-            sub.append(Unit([f], [(dg, 0, 0), (wg, pd, 0)]))
-            sub.append(norm(c, "attn_q_norm", T, ql, layer, saved=ab * T * ql, kind="rmsnorm"))
-            f, dg, wg, pd, _ = linear(c, "attn_q_up", T, heads * qk, ql, layer, ab * T * ql, ql * heads * qk)
-            sub.append(Unit([f], [(dg, 0, 0), (wg, pd, 0)]))
-        else:
-            f, dg, wg, pd, _ = linear(c, "attn_q", T, heads * qk, h, layer, 0, h * heads * qk)
-            sub.append(Unit([f], [(dg, 0, 0), (wg, pd, 0)]))
-        first_gemm = sub[0].fwd[0].name          # last input-consuming GEMM in backward
-        f, dg, wg, pd, _ = linear(c, "attn_kv_down", T, kv_lora + rope, h, layer, in_saved, h * (kv_lora + rope))
-        sub.append(Unit([f], [(dg, 0, 0), (wg, pd, 0)]))
-        sub.append(norm(c, "attn_kv_norm", T, kv_lora, layer, saved=ab * T * kv_lora, kind="rmsnorm"))
-        f, dg, wg, pd, _ = linear(c, "attn_kv_up", T, heads * (nope + dv), kv_lora, layer, ab * T * kv_lora,
-                                  kv_lora * heads * (nope + dv))
-        sub.append(Unit([f], [(dg, 0, 0), (wg, pd, 0)]))
-        enter_f, enter_b = tp_enter(c, "attn", layer, first_gemm)
-        proj = Unit(fwd=list(enter_f))
-        for s_ in sub:
-            proj.fwd += s_.fwd
-        bwd: list = [(replace(x, wait_op="attn_kv_down_wgrad"), 0, 0) for pos, x in enter_b
-                     if pos == "before_dgrad"]
-        for s_ in reversed(sub):
-            for op, pd_, pe_ in s_.bwd:
-                bwd.append((op, pd_, pe_))
-                if op.name == f"{first_gemm}_dgrad":
-                    bwd += [(x, 0, 0) for pos, x in enter_b if pos == "after_dgrad"]
-        proj.bwd = bwd
-        units.append(proj)
+        units += mla_projection_units(c, layer, heads, in_saved)
+        qk, dv, rope = m.qk_head_dim, m.v_head_size, m.qk_rope_head_dim or 0
         if rope:
             units.append(rotary(c, layer, heads + 1, rope))
         units.append(_attention_core(c, layer, heads, heads, qk, dv, selective))
@@ -393,7 +407,8 @@ def attention_units(c: Ctx, layer: int, selective: bool) -> list[Unit]:
         qkv_params = h * n_qkv + (n_qkv if (bias or m.add_qkv_bias) else 0)
         units.append(column_unit(c, "attn", "attn_qkv", T, n_qkv, h, layer, in_saved, qkv_params))
         if m.qk_layernorm:
-            units.append(norm(c, "attn_qk_norm", T * (heads + kv), d, layer, saved=ab * T * (heads + kv) * d))
+            units.append(norm(c, "attn_qk_norm", T * (heads + kv), d, layer, saved=ab * T * (heads + kv) * d,
+                              copies=2))
         if m.position_embedding == "rope":
             units.append(rotary(c, layer, heads + kv, d))
         units.append(_attention_core(c, layer, heads, kv, d, d, selective))

@@ -472,26 +472,13 @@ def simai_lines(w: Workload, time_of: Callable[[ComputeOp], float] | None = None
         frows = _forward_rows(ch.forward, time_of, tp, etp, dropped)
         brows = _backward_rows(ch.backward, time_of, tp, etp, dropped)
         block += [r.text() for r in _pair(frows, brows)]
-    # once per iteration: ops scoped to the first/last micro-batch and the iteration_end list
+    # once per iteration, in the order a bottom-up walk must issue them: last-micro-batch backward ops
+    # (gradient buckets), iteration start/end ops (optimizer), then first-micro-batch forward ops
+    # (distributed-optimizer parameter gathers: SimAI issues them after the step, like AICB's grad_gather)
+    scoped_bwd = [op for ch in st.chunks for op in ch.backward if op.microbatch != "all"]
+    scoped_fwd = [op for ch in st.chunks for op in ch.forward if op.microbatch != "all"]
     once: list[_Row] = []
-    for ch in st.chunks:
-        for op in ch.forward + ch.backward:
-            if op.microbatch == "all":
-                continue
-            if isinstance(op, ComputeOp):
-                r = _Row(op.name)
-                r.i_ns = _ns(time_of(op))
-                once.append(r)
-                continue
-            col = "wg" if op.group in ("dp", "dp_cp", "edp") else "ig"
-            t = _simai_comm(op, col, tp, etp)
-            if t is None:
-                dropped.append(op)
-                continue
-            r = _Row(op.name)
-            setattr(r, "w_comm" if col == "wg" else "i_comm", (t, op.size_bytes))
-            once.append(r)
-    for op in st.iteration_start + st.iteration_end:
+    for op in scoped_bwd + st.iteration_start + st.iteration_end + scoped_fwd:
         r = _Row(op.name)
         if isinstance(op, ComputeOp):
             r.i_ns = _ns(time_of(op))

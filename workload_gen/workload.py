@@ -14,12 +14,18 @@ Conventions (SI units):
   all-to-all: the bytes one rank sends in total (its own slice included); send/recv: the message.
 - Ops of one list run in order on the rank's compute stream. A blocking CommOp stalls the stream until
   it completes; a non-blocking one runs on a communication stream and must finish before the op named
-  by `wait_op` starts (None: before the end of the list it belongs to).
+  by `wait_op` starts: the first later op in the same list with that name (names repeat across
+  layers); None: before the end of the list it belongs to.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from workload_gen.model import ModelSpec
+    from workload_gen.plan import ParallelPlan
 
 # Op kinds emitted by the generator and the shape fields each carries (all positive ints).
 # compute_db keys its measurements on (kind, variant, shape, dtype).
@@ -103,7 +109,7 @@ class CommOp:
     layer: int = -1
     phase: str = "fwd"
     blocking: bool = True
-    wait_op: str | None = None          # name of the later op in the same list that waits for it
+    wait_op: str | None = None          # name of the first later op in the same list that waits for it
     peer: str | None = None             # send/recv: "next" | "prev" pipeline stage (pp group)
     microbatch: str = "all"             # "all" | "first" | "last" micro-batch of the iteration
     dtype: str = "bf16"
@@ -135,8 +141,8 @@ class StageProgram:
 @dataclass
 class Workload:
     """A whole training iteration for every rank, compact (see module docstring)."""
-    model: "ModelSpec"  # noqa: F821 (runtime import avoided; see workload_gen.model)
-    plan: "ParallelPlan"  # noqa: F821
+    model: ModelSpec
+    plan: ParallelPlan
     stages: list[StageProgram]
     schedule: str = "1f1b"              # "1f1b" | "interleaved" | "none" (pp == 1) | "gpipe"
     num_microbatches: int = 1

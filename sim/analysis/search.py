@@ -121,11 +121,10 @@ def enumerate_plans(model, world_size: int, global_batch_size: int, seq_length: 
         per_stage = L // pp
         vpps = space.vpp or tuple(v for v in (1, 2, 3, 4, 5, 6, 8, 10) if per_stage % v == 0
                                   and per_stage // v >= 1)
-        for ep, etp, mbs, vpp, sp, opt in product(eps, space.etp, space.micro_batch_size, vpps,
-                                                  space.sequence_parallel, space.optimizer):
+        sps = (False,) if tp == 1 else space.sequence_parallel   # SP needs tp > 1
+        for ep, etp, mbs, vpp, sp, opt in product(eps, space.etp, space.micro_batch_size, vpps, sps,
+                                                  space.optimizer):
             if vpp > 1 and pp == 1:
-                continue
-            if sp and tp == 1:
                 continue
             if not sp and tp > 1 and moe and ep > 1:
                 continue

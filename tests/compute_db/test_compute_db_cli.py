@@ -56,7 +56,7 @@ def test_gpu_file_option(tmp_path, capsys):
                  "    similar_to: [H100]\n")
     assert main(["compute-db", "lookup", "--gpu", "Z1", "--gpu-file", str(f), "--kind", "rmsnorm",
                  "--shape", "tokens=8192,hidden=8192"]) == 0
-    assert "fit:H100 norm" in capsys.readouterr().out
+    assert "fit:H100 rmsnorm" in capsys.readouterr().out
 
 
 @pytest.mark.slow

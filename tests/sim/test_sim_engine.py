@@ -96,19 +96,33 @@ def test_tp_blocking_exposed_and_overlap_with_wait_op():
 
 
 def test_all_groups_submitted_for_fabric_kinds():
-    # 32 ranks, tp 8 inside one 8-GPU domain, dp 4 across domains: DP is submitted for all 8 groups,
-    # TP only for the representative's group (intra-domain, link-disjoint)
-    net = IdealNetwork(lambda req: 0.0)
+    # 32 ranks, tp 8 = one 8-GPU NVLink domain, dp 4 across domains: DP is submitted for all 8 groups;
+    # TP is isolated on NVLink (no other kind inside a domain) -> timed by estimate, never submitted
+    net = IdealNetwork(lambda req: 0.5 if len(req.gpus) == 8 else 0.0)
     w = single_stage([comp("a", 1.0), CommOp("tp_ar", "all_reduce", "tp", 10)], [comp("b", 1.0, "bwd"),
                      bucket("g", 10)], tp=8, dp=4)
-    run(w, net)
+    r = run(w, net)
     groups = [req.gpus for _, req in net.submitted]
-    assert groups[0] == tuple(range(8))
-    dp_groups = sorted(g for g in groups if g[1] - g[0] == 8)
-    assert dp_groups == [tuple(range(i, 32, 8)) for i in range(8)]
-    net_full = IdealNetwork(lambda req: 0.0)
-    run(w, net_full, sampling="full")
+    assert sorted(groups) == [tuple(range(i, 32, 8)) for i in range(8)]
+    assert r.bypassed == 1 and r.isolated == ("tp",)
+    assert r.iteration_time_s == pytest.approx(2.5)
+    net_full = IdealNetwork(lambda req: 0.5 if len(req.gpus) == 8 else 0.0)
+    r_full = run(w, net_full, sampling="full")
     assert len(net_full.submitted) == 4 + 8
+    assert r_full.iteration_time_s == pytest.approx(2.5)
+
+
+def test_intra_domain_sampling_when_not_isolated():
+    # tp 4 on 8-GPU domains with dp 2 inside the domain: DP shares NVLink -> TP not isolated, but
+    # each TP collective is submitted only for the representative's (link-disjoint) group
+    net = IdealNetwork(lambda req: 0.0)
+    w = single_stage([comp("a", 1.0), CommOp("tp_ar", "all_reduce", "tp", 10)], [comp("b", 1.0, "bwd"),
+                     bucket("g", 10)], tp=4, dp=2)
+    r = run(w, net)
+    groups = [req.gpus for _, req in net.submitted]
+    assert groups[0] == (0, 1, 2, 3)
+    assert r.bypassed == 0 and r.isolated == ()
+    assert sorted(groups[1:]) == [(0, 4)]
 
 
 def test_deterministic():

@@ -31,7 +31,7 @@ def test_aicb_flags_and_user_tp_honoured(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv,msg", [
-    (["workload", "gpt3-175b", "--world-size", "24", "--tp", "5"], "plan.tp"),
+    (["workload", "gpt3-175b", "--world-size", "20", "--tp", "5"], "plan.tp"),
     (["workload", "nosuchmodel"], "unknown model"),
     (["workload", "-m", "99"], "-m: unknown AICB model size"),
     (["workload"], "model: give a zoo model name"),

@@ -257,3 +257,104 @@ def test_optimizer_step_shard():
         step = [op for op in st.iteration_end if not op.is_comm and op.kind == "optimizer"]
         assert len(step) == 1
         assert step[0].dims["params"] == -(-stage_params(GPT, plan, st.stage).dense // 4)
+
+
+@pytest.mark.parametrize("name,kw", [
+    ("qwen3-235b-a22b", dict(world_size=256, tp=4, pp=2, ep=16, sequence_parallel=True, seq_length=4096)),
+    ("deepseek-v2", dict(world_size=640, tp=4, pp=4, ep=8, etp=2, sequence_parallel=True)),
+    ("qwen2.5-72b", dict(world_size=64, tp=8, pp=2, sequence_parallel=True)),
+    ("llama3-70b", dict(world_size=64, tp=8, pp=4, vpp=2, sequence_parallel=True)),
+    ("deepseek-v2-lite", dict(world_size=64, tp=2, ep=8, sequence_parallel=True)),
+    ("gpt3-175b", dict(world_size=64, tp=8, pp=2, sequence_parallel=True, seq_length=2048)),
+])
+def test_gradient_buckets_match_param_counts(name, kw):
+    """Parameters attached to the emitted wgrad/norm kernels == params.stage_params (independent code)."""
+    from workload_gen.zoo import get_model
+    m = get_model(name)
+    for bucket in (10**12, 5_000_000):
+        plan = ParallelPlan(global_batch_size=kw["world_size"], grad_bucket_elements=bucket,
+                            distributed_optimizer=True, **kw)
+        w = generate(m, plan)
+        for st in w.stages:
+            sp = stage_params(m, plan, st.stage)
+            ops = [op for ch in st.chunks for op in ch.backward if op.is_comm and op.name.startswith("dp_grad")]
+            dense = sum(op.size_bytes for op in ops if "expert" not in op.name) // 4
+            expert = sum(op.size_bytes for op in ops if "expert" in op.name) // 4
+            assert dense == sp.dense
+            assert expert == (sp.expert if plan.edp > 1 else 0)
+            gathers = [op for ch in st.chunks for op in ch.forward if op.is_comm and op.name.startswith("dp_param")]
+            assert sum(op.size_bytes for op in gathers if op.group != "edp") == 2 * sp.dense
+            assert sum(op.size_bytes for op in gathers if op.group == "edp") == (2 * sp.expert if plan.edp > 1 else 0)
+
+
+def _layer_ops(ops, layer):
+    return [op for op in ops if op.layer == layer]
+
+
+def test_selective_recompute_reissues_attention_core_first():
+    plan = ParallelPlan(world_size=2, tp=2, sequence_parallel=True, global_batch_size=2, seq_length=1024,
+                        flash_attention=False, recompute="selective")
+    w = generate(GPT, plan)
+    bwd = _layer_ops(w.stages[0].chunks[0].backward, 5)
+    rec = [op for op in bwd if op.phase == "recompute"]
+    assert [op.name for op in rec] == ["attn_scores", "attn_softmax", "attn_dropout", "attn_context"]
+    assert bwd[:4] == rec                      # at the start of the layer's backward
+    assert all(op.variant == "fwd" for op in rec)
+
+
+def test_full_recompute_reissues_whole_layer_with_tp_comm():
+    plan = ParallelPlan(world_size=2, tp=2, pp=1, sequence_parallel=True, global_batch_size=2, seq_length=1024,
+                        recompute="full", recompute_num_layers=2)
+    w = generate(GPT, plan)
+    ch = w.stages[0].chunks[0]
+    for layer in range(8):
+        fwd = _layer_ops(ch.forward, layer)
+        rec = [op for op in _layer_ops(ch.backward, layer) if op.phase == "recompute"]
+        if layer < 2:
+            assert [(op.name, getattr(op, "collective", None)) for op in rec] == \
+                   [(op.name, getattr(op, "collective", None)) for op in fwd]
+            assert any(op.is_comm and op.group == "tp" for op in rec)
+            assert _layer_saved(w, layer) == 2 * 1024 * 512 // 2
+        else:
+            assert not rec
+
+
+def test_tp_comm_overlap_is_non_blocking_around_gemms():
+    plan = ParallelPlan(world_size=2, tp=2, sequence_parallel=True, tp_comm_overlap=True, global_batch_size=2,
+                        seq_length=1024)
+    fwd = _layer_ops(generate(GPT, plan).stages[0].chunks[0].forward, 1)
+    names = [op.name for op in fwd]
+    ag = fwd[names.index("attn_ag")]
+    assert not ag.blocking and names[names.index("attn_ag") + 1] == "attn_qkv" and ag.wait_op == "attn_core"
+    rs = fwd[names.index("attn_rs")]
+    assert not rs.blocking and names[names.index("attn_rs") + 1] == "attn_proj" and rs.wait_op == "attn_dropout_add"
+
+
+@pytest.mark.parametrize("cp_type,tp,cp", [("p2p", 2, 4), ("a2a", 1, 2)])
+def test_context_parallel_comm(cp_type, tp, cp):
+    plan = ParallelPlan(world_size=tp * cp, tp=tp, cp=cp, sequence_parallel=tp > 1, global_batch_size=2,
+                        seq_length=4096, cp_comm_type=cp_type)
+    w = generate(LLAMA, plan)
+    ch = w.stages[0].chunks[0]
+    fwd = [op for op in _layer_ops(ch.forward, 0) if op.is_comm and op.group == "cp"]
+    core = next(op for op in ch.forward if op.name == "attn_core")
+    tokens = 4096 // cp                          # per CP rank
+    heads, kv = 8 // tp, 2 // tp
+    if cp_type == "p2p":
+        kv_local = 2 * tokens * kv * 64 * 2      # K and V: tokens x kv heads x head_dim x 2 B
+        assert [(op.collective, op.size_bytes, op.blocking) for op in fwd] == [("all_gather", cp * kv_local, False)]
+        assert (core.dims["seq_q"], core.dims["seq_kv"], core.dims["heads"]) == (tokens, 4096, heads)
+        bwd = [op.collective for op in _layer_ops(ch.backward, 0) if op.is_comm and op.group == "cp"]
+        assert bwd == ["all_gather", "reduce_scatter"]
+    else:
+        qkv = 2 * tokens * (heads + 2 * kv) * 64
+        out = 2 * tokens * heads * 64
+        assert [(op.collective, op.size_bytes) for op in fwd] == [("all_to_all", qkv), ("all_to_all", out)]
+        assert (core.dims["seq_q"], core.dims["heads"], core.dims["kv_heads"]) == (4096, heads // cp, kv // cp)
+
+
+def test_fp8_gemms_and_dtypes():
+    plan = ParallelPlan(world_size=2, tp=2, sequence_parallel=True, global_batch_size=2, seq_length=1024, dtype="fp8")
+    ch = generate(LLAMA, plan).stages[0].chunks[0]
+    assert {op.dtype for op in ch.forward + ch.backward if not op.is_comm and op.kind == "gemm"} == {"fp8"}
+    assert {op.dtype for op in ch.forward if not op.is_comm and op.kind == "flash_attn"} == {"bf16"}

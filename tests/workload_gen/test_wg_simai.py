@@ -61,6 +61,8 @@ def _comm_multiset(ops, scope):
     ("gpt", dict(world_size=64, tp=4, pp=2, sequence_parallel=True, distributed_optimizer=True,
                  global_batch_size=64, seq_length=1024, grad_bucket_elements=2_000_000)),
     ("gpt", dict(world_size=16, tp=2, pp=1, global_batch_size=32, seq_length=1024)),
+    ("gpt", dict(world_size=32, tp=2, pp=2, vpp=2, cp=2, sequence_parallel=True, tp_comm_overlap=True,
+                 distributed_optimizer=True, global_batch_size=32, seq_length=2048, recompute="full")),
     ("moe", dict(world_size=32, tp=2, pp=2, ep=4, sequence_parallel=True, distributed_optimizer=True,
                  global_batch_size=32, seq_length=1024)),
     ("gpt", dict(world_size=16, tp=2, framework="deepspeed", zero_stage=3, global_batch_size=16,

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Generate a DeepSpeed (ZeRO) training workload with AICB's flag names, e.g.
+#   scripts/deepspeed_workload.sh -m 13 --world_size 64 --stage 3 --global_batch 256 --micro_batch 1 \
+#       --seq_length 2048 --reduce_bucket_size 500000000 --allgather_bucket_size 500000000
+# --stage defaults to 1 (AICB's DeepSpeed default is ZeRO-1 too); TP defaults to 1 and is never
+# overridden. Writes the SimAI workload to results/workload/ unless --simai/--out/--simai-dir is given.
+set -euo pipefail
+args=()
+want_default_out=1
+have_tp=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --frame) shift 2 ;;
+    --frame=*) shift ;;
+    --tensor_model_parallel_size|--tensor-model-parallel-size|--tp) have_tp=1; args+=("$1"); shift ;;
+    --simai|--simai-dir|--out|--simai=*|--simai-dir=*|--out=*) want_default_out=0; args+=("$1"); shift ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+if [[ $have_tp -eq 0 ]]; then
+  args+=(--tp 1)
+fi
+if [[ $want_default_out -eq 1 ]]; then
+  args+=(--simai-dir "results/workload")
+fi
+if command -v clustersim >/dev/null 2>&1; then
+  exec clustersim workload --frame DeepSpeed "${args[@]}"
+fi
+exec python -m sim.cli workload --frame DeepSpeed "${args[@]}"
