@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-RADIUS_OCTAVES = 0.25
+RADIUS_OCTAVES = 1.0
 
 
 @dataclass
@@ -48,78 +48,77 @@ class Line:
 
 
 class ClassIndex:
-    """Measured kernels of one class: points {dims: time_s}; `model(dims) -> s` is the class roofline."""
+    """Measured kernels of one class: points {dims: time_s}; lines along every dimension."""
 
     def __init__(self, points: dict[tuple[int, ...], float], radius_octaves: float = RADIUS_OCTAVES):
         self.radius = radius_octaves
         self.points = points
         n = len(next(iter(points))) if points else 0
         self.n = n
-        self.line_dim = 0
-        self.lines: dict[tuple[int, ...], Line] = {}
-        self._rest_keys: list[tuple[int, ...]] = []
-        self._rest_log2 = np.zeros((0, max(n - 1, 1)))
-        if not points:
-            return
-        best = None
+        # per line dimension d: (rest tuples, log2 rest array, lines)
+        self.by_dim: list[tuple[list[tuple[int, ...]], np.ndarray, list[Line]]] = []
         for d in range(n):
-            rests = {dims[:d] + dims[d + 1:] for dims in points}
-            score = len(points) / len(rests)   # mean line length along d
-            if best is None or score > best:
-                best, self.line_dim = score, d
-        d = self.line_dim
-        buckets: dict[tuple[int, ...], dict[int, float]] = defaultdict(dict)
-        for dims, t in points.items():
-            buckets[dims[:d] + dims[d + 1:]][dims[d]] = t
-        for rest, xt in buckets.items():
-            xs = sorted(xt)
-            logs, run = [], -math.inf
-            for x in xs:
-                run = max(run, math.log(xt[x]))
-                logs.append(run)
-            self.lines[rest] = Line(xs, logs)
-        self._rest_keys = list(self.lines)
-        if n > 1:
-            self._rest_log2 = np.log2(np.asarray(self._rest_keys, dtype=float))
-
-    def _with_rest(self, rest: tuple[int, ...], x: int) -> tuple[int, ...]:
-        d = self.line_dim
-        return rest[:d] + (x,) + rest[d:]
+            buckets: dict[tuple[int, ...], dict[int, float]] = defaultdict(dict)
+            for dims, t in points.items():
+                buckets[dims[:d] + dims[d + 1:]][dims[d]] = t
+            rests, lines = [], []
+            for rest, xt in buckets.items():
+                if len(xt) < 2 and n > 1:
+                    continue   # a single point is a line along each of its dims; keep it on dim 0 only
+                xs = sorted(xt)
+                logs, run = [], -math.inf
+                for x in xs:
+                    run = max(run, math.log(xt[x]))
+                    logs.append(run)
+                rests.append(rest)
+                lines.append(Line(xs, logs))
+            arr = np.log2(np.asarray(rests, dtype=float)).reshape(len(rests), max(n - 1, 0)) if rests else \
+                np.zeros((0, max(n - 1, 0)))
+            self.by_dim.append((rests, arr, lines))
+        if n > 1:  # isolated points (on no line of >= 2 points) become one-point lines along dim 0
+            on_line = {(r[:d] + (x,) + r[d:]) for d, (rs, _, ls) in enumerate(self.by_dim)
+                       for r, ln in zip(rs, ls) for x in ln.xs}
+            lone = [dims for dims in points if dims not in on_line]
+            if lone:
+                rests, arr, lines = self.by_dim[0]
+                rests = rests + [dims[1:] for dims in lone]
+                lines = lines + [Line([dims[0]], [math.log(points[dims])]) for dims in lone]
+                arr = np.log2(np.asarray(rests, dtype=float)).reshape(len(rests), n - 1)
+                self.by_dim[0] = (rests, arr, lines)
 
     def predict(self, dims: tuple[int, ...], model: Callable[[tuple[int, ...]], float]
                 ) -> tuple[float, str, int] | None:
         """(time_s, "interpolated" | "modeled", lines used) or None when no line is within the radius."""
-        if not self.lines:
+        exact_in, exact_out, near = [], [], []
+        for d, (rests, arr, lines) in enumerate(self.by_dim):
+            if not lines:
+                continue
+            rest = dims[:d] + dims[d + 1:]
+            if self.n > 1:
+                dist = np.sqrt(((arr - np.log2(np.asarray(rest, dtype=float))) ** 2).sum(axis=1))
+            else:
+                dist = np.zeros(len(lines))
+            for i in np.nonzero(dist < self.radius)[0]:
+                log_t, end = lines[i].at(dims[d])
+                proj = rests[i][:d] + ((dims[d] if end is None else end),) + rests[i][d:]
+                item = (float(dist[i]), d, log_t, end, proj)
+                if dist[i] == 0.0:
+                    (exact_in if end is None else exact_out).append(item)
+                else:
+                    near.append(item)
+        if exact_in:
+            return math.exp(sum(it[2] for it in exact_in) / len(exact_in)), "interpolated", len(exact_in)
+        if not (exact_out or near):
             return None
-        d = self.line_dim
-        x = dims[d]
-        rest = dims[:d] + dims[d + 1:]
-        if self.n > 1:
-            q = np.log2(np.asarray(rest, dtype=float))
-            dist = np.sqrt(((self._rest_log2 - q) ** 2).sum(axis=1))
-            near = np.nonzero(dist < self.radius)[0]
-        else:
-            dist = np.zeros(1)
-            near = np.zeros(1, dtype=int)
-        if near.size == 0:
-            return None
-        exact = [i for i in near if dist[i] == 0.0]
-        if exact:
-            line = self.lines[self._rest_keys[exact[0]]]
-            log_t, end = line.at(x)
-            if end is None:
-                return math.exp(log_t), "interpolated", 1
-            ratio = math.exp(log_t) / model(self._with_rest(rest, end))
-            return model(dims) * ratio, "modeled", 1
-        num = den = 0.0
-        phi_max = 0.0
-        for i in near:
-            line_rest = self._rest_keys[i]
-            log_t, end = self.lines[line_rest].at(x)
-            r = log_t - math.log(model(self._with_rest(line_rest, x if end is None else end)))
-            phi = (1.0 - dist[i] / self.radius) ** 2
-            w = phi / dist[i] ** 2
-            num += w * r
+        t_model = model(dims)
+        if exact_out:  # on a line, beyond its measured range: anchored roofline
+            r = sum(it[2] - math.log(model(it[4])) for it in exact_out) / len(exact_out)
+            return t_model * math.exp(r), "modeled", len(exact_out)
+        num = den = phi_max = 0.0
+        for dist, _, log_t, _, proj in near:
+            phi = (1.0 - dist / self.radius) ** 2
+            w = phi / dist ** 2
+            num += w * (log_t - math.log(model(proj)))
             den += w
             phi_max = max(phi_max, phi)
-        return model(dims) * math.exp(phi_max * num / den), "modeled", int(near.size)
+        return t_model * math.exp(phi_max * num / den), "modeled", len(near)

@@ -48,7 +48,7 @@ def execute(dag):
     incoming: dict[tuple[int, int], list[tuple[int, str, tuple]]] = {}
     for t, tr in enumerate(transfers):
         bits = 0
-        for d in tr.deps:
+        for d in tr.deps + tr.after:   # data dependencies and same-connection order
             assert d < t, f"transfer {t} depends on later transfer {d}"
             bits |= anc[d] | (1 << d)
         anc[t] = bits
@@ -184,7 +184,7 @@ def test_missing_dependency_is_caught():
 
     dag = build_dag("all_reduce", "ring", [list(range(4))], 16.0, pieces=1)
     victim = next(i for i, t in enumerate(dag.transfers) if t.deps and t.op == "reduce")
-    dag.transfers[victim] = dataclasses.replace(dag.transfers[victim], deps=())
+    dag.transfers[victim] = dataclasses.replace(dag.transfers[victim], deps=(), after=())
     with pytest.raises(AssertionError):
         check(dag, 16.0)
 
@@ -197,3 +197,13 @@ def test_shuffled_server_grouping_ring():
     servers = [sorted(ranks[0:5]), sorted(ranks[5:9]), sorted(ranks[9:])]
     for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"):
         check(build_dag(op, "ring", servers, 72.0), 72.0)
+
+
+def test_fifo_order_is_per_connection():
+    dag = build_dag("all_reduce", "ring", [list(range(4))], 64.0, pieces=3)
+    last: dict = {}
+    for i, t in enumerate(dag.transfers):
+        key = (t.src, t.dst)
+        if key in last:
+            assert last[key] in t.after + t.deps
+        last[key] = i
