@@ -2,12 +2,12 @@
 
 Resolution order for (kernel key, GPU):
 1. "measured": rows with exactly this key on this GPU (median over sources of the row medians).
-2. "interpolated": log-space interpolation along a line of measured kernels of the same class on this GPU
-   (compute_db.interpolate). A class pools equivalent kernels: bf16 and fp16 (same tensor-core rate), and
-   for GEMMs the forward/dgrad/wgrad layouts through their (m, n, k) GEMM equivalents.
+2. "interpolated": the calibrated roofline clamped to the band that the measured kernels of the same
+   class on this GPU allow (compute_db.interpolate), when that band is narrow (the data decide). A class
+   pools equivalent kernels: bf16 and fp16 (same tensor-core rate), and for GEMMs the forward/dgrad/
+   wgrad layouts through their (m, n, k) GEMM equivalents.
 3. "modeled": calibrated roofline (compute_db.roofline) with the family fit of this GPU, else of a similar
-   GPU (gpus.yaml similar_to) applied to this GPU's spec, else priors; anchored to a measured line end
-   when the query extends a line beyond its measured range.
+   GPU (gpus.yaml similar_to) applied to this GPU's spec, else priors (clamped to the data band if any).
 ComputeOp.time_s set -> "given". A ComputeDB holds only caches of immutable data; no global state.
 """
 
@@ -57,6 +57,10 @@ def fit_class(key: KernelKey) -> tuple[str, str, str]:
         vcls = "bwd" if (fam == "flash_attn" and key.variant == "bwd") else ""
         return fam, roofline.dtype_class(key.dtype), vcls
     return fam, "any", ""
+
+
+def _median(values: list[float]) -> float:
+    return values[0] if len(values) == 1 else float(np.median(values))
 
 
 class ComputeDB:
@@ -118,14 +122,14 @@ class ComputeDB:
         for r in self.rows(gpu):
             per_key[r.key].append(r.median_s)
             sources[r.key].add(r.source)
-        exact = {k: (float(np.median(v)), ", ".join(sorted(sources[k]))) for k, v in per_key.items()}
+        exact = {k: (_median(v), ", ".join(sorted(sources[k]))) for k, v in per_key.items()}
         class_pts: dict[tuple, dict[tuple, list[float]]] = defaultdict(lambda: defaultdict(list))
         fit_pts: dict[tuple, list[tuple[KernelKey, float]]] = defaultdict(list)
         for k, (t, _) in exact.items():
             cls, dims = class_of(k)
             class_pts[cls][dims].append(t)
             fit_pts[fit_class(k)].append((k, t))
-        lines = {cls: ClassIndex({d: float(np.median(ts)) for d, ts in pts.items()})
+        lines = {cls: ClassIndex({d: _median(ts) for d, ts in pts.items()})
                  for cls, pts in class_pts.items()}
         data = {"exact": exact, "lines": lines, "fit_pts": fit_pts}
         self._loaded[gpu] = data
@@ -172,16 +176,22 @@ class ComputeDB:
         spec = self.gpu(gpu)
         candidates = [gpu] + [gpu_table.canonical_name(s, self.extra_gpus) for s in spec.similar_to
                               if s.lower() in {n.lower() for n in gpu_table.list_gpus(self.extra_gpus)}]
-        rest = sorted(self.db_gpus(), key=lambda g: -len(self._data(g)["fit_pts"].get(fcls, [])))
         fit = None
-        for g in candidates + [g for g in rest if g not in candidates]:
+        for g in candidates:
             fit = self._fit_on(g, fcls)
             if fit is not None:
                 break
+        if fit is None:  # no similar GPU has data: the DB GPU with the most kernels of this family
+            rest = sorted(self.db_gpus(), key=lambda g: -len(self._data(g)["fit_pts"].get(fcls, [])))
+            candidates += [g for g in rest if g not in candidates]
+            for g in candidates:
+                fit = self._fit_on(g, fcls)
+                if fit is not None:
+                    break
         fam = fcls[0]
         if fit is None and fam not in COMPUTE_BOUND_FAMILIES and fam != "elementwise":
             # memory-bound family without its own data: the GPU's streaming (element-wise) kernels
-            for g in candidates + [g for g in rest if g not in candidates]:
+            for g in candidates:
                 fit = self._fit_on(g, ("elementwise", "any", ""))
                 if fit is not None:
                     # its size saturation does not transfer to other dims: bandwidth and launch time only
@@ -223,15 +233,16 @@ class ComputeDB:
                 cls, dims = class_of(key)
                 index = data["lines"].get(cls)
                 if index is not None:
-                    got = index.predict(dims, lambda d: self.model_time(_with_dims(key, cls, d), name)[0])
-                    if got is not None:
-                        t, source, n_lines = got
-                        if source == "interpolated":
-                            result = KernelTime(t, source, f"log-space line interpolation, {name}")
-                        else:
-                            _, basis = self.model_time(key, name)
-                            result = KernelTime(t, source, f"{basis}, corrected by {n_lines} measured "
-                                                f"line(s) nearby")
+                    t, source, lo, hi = index.predict(
+                        dims, lambda d: self.model_time(_with_dims(key, cls, d), name)[0])
+                    if source == "interpolated":
+                        basis = (f"log-space interpolation between measured kernels on {name} "
+                                 f"(data band {lo * 1e6:.4g}-{hi * 1e6:.4g} us)")
+                    else:
+                        basis = self.model_time(key, name)[1]
+                        if t != self.model_time(key, name)[0]:
+                            basis += ", clamped to the band of the measured kernels"
+                    result = KernelTime(t, source, basis)
         if result is None:
             t, basis = self.model_time(key, name)
             result = KernelTime(t, "modeled", basis)

@@ -225,8 +225,11 @@ def work_of(kind: str, variant: str, dtype: str, causal: bool, d: Mapping[str, A
         return 5.0 * n, (3 if bwd else 2) * e_out * n
     if kind == "embedding":
         n = d["tokens"] * d["hidden"]
-        # fwd: gather rows; bwd: scatter-add the gradient into an fp32 table shard (read-modify-write)
-        return (1.0 * n, e_out * n + 8 * n) if bwd else (0.0 * n, 2 * e_out * n + 8 * d["tokens"])
+        # fwd: gather rows (the vocab size does not matter); bwd (dense, as torch): zero-fill the
+        # [vocab, hidden] gradient shard, read dy and scatter-add (read-modify-write) into it
+        if bwd:
+            return 1.0 * n, e_out * n + 2 * e_out * n + e_out * d["vocab"] * d["hidden"] + 8 * d["tokens"]
+        return 0.0 * n, 2 * e_out * n + 8 * d["tokens"]
     if kind == "cross_entropy":
         n = d["tokens"] * d["vocab"]
         # fwd: read logits (max, sum-exp, target gather); bwd: read logits, write dlogits

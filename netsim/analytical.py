@@ -26,12 +26,11 @@ class GroupFacts:
     """Per-group bandwidths and step latencies (cached per group by the backends)."""
 
     def __init__(self, view, shape: GroupShape):
-        bws = [view.gpu_bandwidths(g) for g in shape.gpus]
-        self.b_nv = min(b[0] for b in bws)
-        self.b_net = min(b[1] for b in bws) if shape.m > 1 else math.inf
+        self.flows: dict = {}   # (op, algorithm) -> resolved flow schedule (unit size)
+        self.b_nv, self.b_net = view.group_bandwidths(shape.gpus)
         order = shape.ring_order(0)
-        intra = next(((a, b) for a, b in zip(order, order[1:]) if view.server_of(a) == view.server_of(b)), None)
-        inter = [(a, b) for a, b in zip(order, order[1:] + order[:1]) if view.server_of(a) != view.server_of(b)]
+        intra = next(((a, b) for a, b in zip(order, order[1:]) if view.unit_of(a) == view.unit_of(b)), None)
+        inter = [(a, b) for a, b in zip(order, order[1:] + order[:1]) if view.unit_of(a) != view.unit_of(b)]
         self.lat_intra = self._step(view, intra)
         # a lock-step ring step waits for its slowest hop (e.g. the rail-changing closing hop)
         self.lat_inter = max((self._step(view, p) for p in inter), default=self.lat_intra)
@@ -89,14 +88,14 @@ def nvls_time_s(shape: GroupShape, facts: GroupFacts, op: str, size: float) -> f
     return steps * facts.nvls_lat + size / rate
 
 
-def hierarchical_time_s(shape: GroupShape, facts: GroupFacts, size: float) -> float:
-    k, m = shape.k_max, shape.m
-    t = 0.0
-    if k > 1:
-        t += 2 * ((k - 1) * facts.lat_intra + (k - 1) / k * size / facts.b_nv)
-    if m > 1:
-        t += 2 * (m - 1) * facts.lat_rail + 2 * (m - 1) / m * (size / k) / facts.b_net
-    return t
+def hierarchical_time_s(shape: GroupShape, facts: GroupFacts, op: str, size: float) -> float:
+    k, m, n = shape.k_max, shape.m, shape.n
+    t_intra = (k - 1) * facts.lat_intra + (k - 1) / k * size / facts.b_nv if k > 1 else 0.0
+    if op == "all_reduce":
+        t_inter = 2 * (m - 1) * facts.lat_rail + 2 * (m - 1) / m * (size / k) / facts.b_net if m > 1 else 0.0
+        return 2 * t_intra + t_inter
+    t_inter = (m - 1) * facts.lat_rail + (m - 1) * size / n / facts.b_net if m > 1 else 0.0
+    return t_intra + t_inter
 
 
 def a2a_direct_time_s(shape: GroupShape, facts: GroupFacts, size: float) -> float:
@@ -128,11 +127,14 @@ def estimate_s(view, shape: GroupShape, facts: GroupFacts, op: str, algorithm: s
     if algorithm == "nvls":
         return nvls_time_s(shape, facts, op, size)
     if algorithm == "hierarchical":
-        return hierarchical_time_s(shape, facts, size)
+        return hierarchical_time_s(shape, facts, op, size)
     if algorithm == "direct" and op == "all_to_all":
         return a2a_direct_time_s(shape, facts, size)
-    specs = build_specs(shape, op, algorithm, 1.0)
-    flows = [resolve(view, s, i) for i, s in enumerate(specs)]
+    key = (op, algorithm)
+    flows = facts.flows.get(key)
+    if flows is None:
+        specs = build_specs(shape, op, algorithm, 1.0)
+        flows = facts.flows[key] = [resolve(view, s, i) for i, s in enumerate(specs)]
     return static_time_s(view, flows, size)
 
 

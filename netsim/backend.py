@@ -44,6 +44,7 @@ class Planner:
         self._shapes: dict[tuple[int, ...], tuple] = {}
         self._flows: dict[tuple, list[ResolvedFlow]] = {}
         self._est: dict[tuple, float] = {}
+        self._auto: dict[tuple, str] = {}
 
     def shape(self, gpus: tuple[int, ...]):
         got = self._shapes.get(gpus)
@@ -60,7 +61,11 @@ class Planner:
         check_algorithm(self.view, shape, req.op, req.algorithm)
         alg = req.algorithm
         if alg == "auto":
-            alg = ana.choose_algorithm(self.view, shape, facts, req.op, float(req.size_bytes))
+            ck = (req.op, gpus, float(req.size_bytes))
+            alg = self._auto.get(ck)
+            if alg is None:
+                alg = self._auto[ck] = ana.choose_algorithm(self.view, shape, facts, req.op,
+                                                            float(req.size_bytes))
         elif req.op in ("send", "recv"):
             alg = "p2p"
         return gpus, shape, facts, alg
@@ -236,13 +241,7 @@ class FlowNetwork:
         key = (req.op, alg, gpus, float(req.size_bytes))
         got = self._est_cache.get(key)
         if got is None:
-            private = FlowNetwork.__new__(FlowNetwork)
-            private.planner = self.planner
-            private.options = self.options
-            private.engine = FlowEngine(self.planner.view.capacity_Bps, use_numba=self.options["use_numba"])
-            private.records = []
-            private._in_flight = 0
-            private._est_cache = {}
+            private = FlowNetwork(None, planner=self.planner, use_numba=self.options["use_numba"])
             done: list[float] = []
             private.submit(req, 0.0, done.append)
             private.run_until_idle()
@@ -250,8 +249,27 @@ class FlowNetwork:
             self._est_cache[key] = got
         return got
 
+    # ------------------------------------------------------------ statistics
     def link_utilization(self):
+        """Mean utilization per link (topology link id; the capacity is the effective one) so far."""
         return self.engine.link_utilization()
+
+    def link_utilization_timeline(self, link_ids=None):
+        """(times_s, utilization[len(times), len(link_ids)]): step function, each row holds from its
+        time to the next. Needs record_link_timeline=True."""
+        import numpy as np
+
+        if not self.engine.record_link_timeline:
+            raise NetsimError("link utilization over time needs make_backend(..., record_link_timeline=True)")
+        ids = np.arange(len(self.engine.capacity_Bps)) if link_ids is None else np.asarray(link_ids)
+        times = np.array([t for t, _ in self.engine.link_timeline])
+        cap = self.engine.capacity_Bps[ids]
+        util = np.array([load[ids] / cap for _, load in self.engine.link_timeline]).reshape(len(times), len(ids))
+        return times, util
+
+    def flow_completion_times(self):
+        """Per completed flow: (bytes, start_s, end_s). Needs record_flows=True."""
+        return [(r.nbytes, r.start_s, r.end_s) for r in self.engine.flow_records]
 
 
 def make_backend(kind: str, topology, **options):
@@ -284,10 +302,7 @@ def step_level_time_s(topology_or_planner, dag, gpus, *, check_invariants: bool 
     planner = topology_or_planner if isinstance(topology_or_planner, Planner) else Planner(topology_or_planner)
     specs = dag_specs(dag, tuple(gpus))
     flows = [resolve(planner.view, s, i) for i, s in enumerate(specs)]
-    net = FlowNetwork.__new__(FlowNetwork)
-    net.planner = planner
-    net.engine = FlowEngine(planner.view.capacity_Bps, check_invariants=check_invariants)
-    net.records = []
+    net = FlowNetwork(None, planner=planner, check_invariants=check_invariants)
     net._in_flight = 1
     done: list[float] = []
     rec = CollectiveRecord("dag", dag.op, dag.algorithm, dag.n, 0, 0.0, math.nan)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from netsim.errors import NetsimError
-from netsim.schedules import APPLICABLE, heap_tree, inorder_tree, ring_order
+from netsim.schedules import APPLICABLE, heap_tree, nccl_trees, ring_order
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ def tree_dag(dag: StepDag, servers, size: float, pieces: int) -> None:
     n = dag.n
     base = ring_order(servers, 0)
     if dag.op == "all_reduce":
-        trees = [(base, inorder_tree(n)), (base[1:] + base[:1], inorder_tree(n))]
+        trees = nccl_trees(servers)
         for tree_id, (order, parent) in enumerate(trees):
             dag.channel = tree_id
             children: dict[int, list[int]] = {i: [] for i in range(n)}
@@ -163,7 +163,7 @@ def tree_dag(dag: StepDag, servers, size: float, pieces: int) -> None:
             visit(root)
             pre_order = list(reversed(post))
             for _p in range(pieces):
-                ch = dag.new_chunk(size / 2 / pieces)
+                ch = dag.new_chunk(size / len(trees) / pieces)
                 up: dict[int, int] = {}
                 for v in post:
                     if parent[v] >= 0:
@@ -303,24 +303,42 @@ def a2a_dag(dag: StepDag, size: float, pairwise: bool) -> None:
 def hierarchical_dag(dag: StepDag, servers, size: float) -> None:
     k = len(servers[0])
     m = len(servers)
-    chunks = [[dag.new_chunk(size / (k * m)) for _ in range(m)] for _ in range(k)]  # [local seg][sub]
+    op = dag.op
+    # chunks[j][u]: the slice of local index j and unit u (owner servers[u][j] for AG / RS)
+    owner = (lambda j, u: servers[u][j]) if op != "all_reduce" else (lambda j, u: -1)
+    chunks = [[dag.new_chunk(size / (k * m), owner(j, u)) for u in range(m)] for j in range(k)]
     into: dict[int, list[int]] = {r: [] for s in servers for r in s}
-    for s in servers:   # stage 1: reduce-scatter inside each server; position i ends with segment i
-        got = _ring_phase(dag, s, [[tuple(chunks[j])] for j in range(k)], "rs", {})
-        for r, ts in got.items():
-            into[r].extend(ts)
-    for j in range(k):  # stage 2: all-reduce of segment j across servers (ring over local index j)
-        ring = [s[j] for s in servers]
-        segs = [[(chunks[j][x],)] for x in range(m)]
-        pre = {r: list(into[r]) for r in ring}
-        got = _ring_phase(dag, ring, segs, "rs", pre)
-        pre2 = {r: pre[r] + got[r] for r in ring}
-        got2 = _ring_phase(dag, ring, segs, "ag", pre2)
-        for r in ring:
-            into[r].extend(got[r] + got2[r])
-    for s in servers:   # stage 3: all-gather inside each server
-        pre = {r: list(into[r]) for r in s}
-        _ring_phase(dag, s, [[tuple(chunks[j])] for j in range(k)], "ag", pre)
+
+    def intra(kind: str) -> None:
+        pre_all = {r: list(into[r]) for r in into}
+        for s in servers:
+            got = _ring_phase(dag, s, [[tuple(chunks[j])] for j in range(k)], kind,
+                              {r: pre_all[r] for r in s})
+            for r, ts in got.items():
+                into[r].extend(ts)
+
+    def inter(kinds) -> None:
+        for j in range(k):
+            dag.channel = 100 + j
+            ring = [s[j] for s in servers]
+            segs = [[(chunks[j][x],)] for x in range(m)]
+            for kind in kinds:
+                pre = {r: list(into[r]) for r in ring}
+                got = _ring_phase(dag, ring, segs, kind, pre)
+                for r in ring:
+                    into[r].extend(got[r])
+        dag.channel = 0
+
+    if op == "all_reduce":
+        intra("rs")          # position j of a unit ends with slice j reduced inside the unit
+        inter(("rs", "ag"))  # slice j all-reduced across units
+        intra("ag")
+    elif op == "all_gather":
+        inter(("ag",))       # rank (u, j) gathers the shards of local index j from every unit
+        intra("ag")
+    else:
+        intra("rs")
+        inter(("rs",))       # rank (u, j) ends with chunk (j, u) fully reduced
 
 
 def build_dag(op: str, algorithm: str, servers: list[list[int]], size: float, *,

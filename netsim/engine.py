@@ -109,6 +109,8 @@ class FlowEngine:
         if len(ids) == 0:
             self._act_rate = _EMPTY_F
             self._link_load[:] = 0.0
+            if self.record_link_timeline:
+                self.link_timeline.append((self.now_s, self._link_load.copy()))
             return
         links = [self._links[f] for f in ids]
         ws = [self._w[f] for f in ids]

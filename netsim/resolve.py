@@ -45,10 +45,12 @@ def resolve(view, spec: FlowSpec, spec_idx: int, unit_size: float = 1.0) -> Reso
             hop_lat = view.path_latency_s(cs[:1])
             step_lat = max(step_lat, hop_lat)
             continue
-        path = view.path(int(hop[0]), int(hop[1]), ecmp_key(spec_idx, h), spec.pxn)
+        path, pw = view.route(int(hop[0]), int(hop[1]), ecmp_key(spec_idx, h), spec.pxn)
         chans.extend(path)
-        ws.extend([w] * len(path))
-        step_lat = max(step_lat, view.path_alpha_s(path) + view.path_latency_s(path))
+        ws.extend([w * x for x in pw])
+        # striped / multi-port routes: the latency of one route (weight-averaged)
+        lat = float(sum(view.latency_s[c] * x for c, x in zip(path, pw)))
+        step_lat = max(step_lat, view.path_alpha_s(path) + lat)
     cap = math.inf
     if spec.nvls:
         wmax = max(spec.weights) if spec.weights else 1.0

@@ -23,8 +23,8 @@ ALGORITHMS = ("auto", "ring", "tree", "nvls", "rhd", "direct", "pairwise", "hier
 
 APPLICABLE = {
     "all_reduce": ("ring", "tree", "nvls", "rhd", "hierarchical"),
-    "all_gather": ("ring", "nvls", "rhd"),
-    "reduce_scatter": ("ring", "nvls", "rhd"),
+    "all_gather": ("ring", "nvls", "rhd", "hierarchical"),
+    "reduce_scatter": ("ring", "nvls", "rhd", "hierarchical"),
     "all_to_all": ("direct", "pairwise", "pxn"),
     "broadcast": ("ring", "tree"),
     "reduce": ("ring", "tree"),
@@ -52,7 +52,7 @@ class FlowSpec:
 @dataclass
 class GroupShape:
     gpus: tuple[int, ...]
-    servers: list[list[int]]            # GPU ids per server, NCCL order
+    servers: list[list[int]]            # GPU ids per unit (NVLink domain, or PCIe server), NCCL order
     domains: int                        # distinct NVLink domains
     k_max: int = field(init=False)
 
@@ -92,7 +92,7 @@ def ring_order(servers: list[list[int]], channel: int) -> list[int]:
 def group_shape(view, gpus) -> GroupShape:
     by_server: dict[int, list[int]] = {}
     for g in gpus:
-        by_server.setdefault(view.server_of(g), []).append(g)
+        by_server.setdefault(view.unit_of(g), []).append(g)
     servers = [sorted(v) for v in by_server.values()]
     domains = len({view.domain_of(g) for g in gpus})
     return GroupShape(tuple(gpus), servers, domains)
@@ -192,14 +192,36 @@ def tree_depth(parent: list[int]) -> int:
     return depth
 
 
-def double_trees(shape: GroupShape) -> list[tuple[list[int], list[int]]]:
-    """Two in-order binary trees over the ring order; the second over the order shifted by one, so
-    that (for even n) the leaves of one are interior nodes of the other. Returns (order, parent)."""
-    order = shape.ring_order(0)
-    n = len(order)
-    parent = inorder_tree(n)
-    shifted = order[1:] + order[:1]
-    return [(order, parent), (shifted, parent)]
+def nccl_trees(servers: list[list[int]]) -> list[tuple[list[int], list[int]]]:
+    """NCCL-like double binary trees: a balanced in-order binary tree over the units (servers /
+    NVLink domains), the second tree over the units shifted by one (so that for an even number of
+    units a leaf of one is an interior node of the other), and inside each unit a chain of its
+    GPUs ending at the unit's head, which is the node of the unit in the inter-unit tree.
+    One pair of trees per channel c = 0..k_min-1, the head of channel c is local index c (so the
+    channels leave the units through different NICs). Returns [(nodes, parent index)] with
+    parent -1 at the root."""
+    m = len(servers)
+    k = min(len(s) for s in servers)
+    out = []
+    inter = inorder_tree(m)
+    for c in range(k):
+        for shift in (0, 1) if m > 1 else (0,):
+            nodes: list[int] = []
+            parent: list[int] = []
+            head_pos: dict[int, int] = {}
+            units = servers[shift:] + servers[:shift]
+            for u, srv in enumerate(units):
+                chain = srv[c:] + srv[:c]
+                base = len(nodes)
+                head_pos[u] = base
+                for j, g in enumerate(chain):
+                    nodes.append(g)
+                    parent.append(base + j - 1 if j > 0 else -2)   # head: filled below
+            for u in range(m):
+                p = inter[u]
+                parent[head_pos[u]] = head_pos[p] if p >= 0 else -1
+            out.append((nodes, parent))
+    return out
 
 
 def heap_tree(n: int) -> list[int]:
@@ -212,10 +234,11 @@ def tree_specs(shape: GroupShape, op: str, size: float) -> list[FlowSpec]:
         return []
     if op == "all_reduce":
         specs = []
-        for order, parent in double_trees(shape):
+        trees = nccl_trees(shape.servers)
+        for order, parent in trees:
             up = [(order[i], order[p]) for i, p in enumerate(parent) if p >= 0]
             down = [(b, a) for a, b in up]
-            specs.append(FlowSpec(up + down, size / 2, steps=2 * tree_depth(parent)))
+            specs.append(FlowSpec(up + down, size / len(trees), steps=2 * tree_depth(parent)))
         return specs
     order = shape.ring_order(0)
     root = shape.gpus[0]
@@ -318,26 +341,41 @@ def a2a_specs(shape: GroupShape, size: float, algorithm: str) -> list[FlowSpec]:
 
 
 def hierarchical_specs(shape: GroupShape, op: str, size: float) -> list[FlowSpec]:
+    """Two-level schedules. all_reduce: reduce-scatter in each unit, all-reduce of slice j across
+    units (ring over local index j), all-gather in each unit. all_gather: all-gather across units
+    (ring per local index), then in each unit. reduce_scatter: the reverse."""
     k = shape.k_max
     m = shape.m
+    n = shape.n
     specs: list[FlowSpec] = []
-    stage1 = []
-    if k > 1:
-        for s in shape.servers:
-            hops = list(zip(s, s[1:] + s[:1]))
-            specs.append(FlowSpec(hops, (k - 1) / k * size, steps=k - 1))
-            stage1.append(len(specs) - 1)
-    stage2 = []
-    if m > 1:
-        for j in range(k):
-            ring = [s[j] for s in shape.servers]
-            hops = list(zip(ring, ring[1:] + ring[:1]))
-            specs.append(FlowSpec(hops, 2 * (m - 1) / m * size / k, steps=2 * (m - 1), deps=tuple(stage1)))
-            stage2.append(len(specs) - 1)
-    if k > 1:
-        for s in shape.servers:
-            hops = list(zip(s, s[1:] + s[:1]))
-            specs.append(FlowSpec(hops, (k - 1) / k * size, steps=k - 1, deps=tuple(stage2 or stage1)))
+
+    def intra(nbytes: float, deps: tuple[int, ...]) -> list[int]:
+        out = []
+        if k > 1:
+            for s in shape.servers:
+                specs.append(FlowSpec(list(zip(s, s[1:] + s[:1])), nbytes, steps=k - 1, deps=deps))
+                out.append(len(specs) - 1)
+        return out
+
+    def inter(nbytes: float, steps: int, deps: tuple[int, ...]) -> list[int]:
+        out = []
+        if m > 1:
+            for j in range(k):
+                ring = [s[j] for s in shape.servers]
+                specs.append(FlowSpec(list(zip(ring, ring[1:] + ring[:1])), nbytes, steps=steps, deps=deps))
+                out.append(len(specs) - 1)
+        return out
+
+    if op == "all_reduce":
+        s1 = intra((k - 1) / k * size, ())
+        s2 = inter(2 * (m - 1) / m * size / k, 2 * (m - 1), tuple(s1))
+        intra((k - 1) / k * size, tuple(s2 or s1))
+    elif op == "all_gather":
+        s1 = inter((m - 1) * size / n, m - 1, ())
+        intra((k - 1) / k * size, tuple(s1))
+    else:
+        s1 = intra((k - 1) / k * size, ())
+        inter((m - 1) * size / n, m - 1, tuple(s1))
     return specs
 
 

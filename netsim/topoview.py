@@ -50,6 +50,7 @@ class TopoView:
         self.capacity_Bps = ch_bw * eff
         self.latency_s = ch_lat
         self.node_kind = {n.id: str(n.kind) for n in topology.nodes}
+        self._tier = {n.id: str(n.tier) for n in topology.nodes}
         self._routers = {False: topo.Router(topology, pxn=False)}
         if pxn:
             self._routers[True] = topo.Router(topology, pxn=True)
@@ -60,6 +61,12 @@ class TopoView:
             self._adj[a].append((ch, b))
         self._server = [int(topology.server_of(g)) for g in range(self.num_gpus)]
         self._domain = [int(topology.nvlink_domain_of(g)) for g in range(self.num_gpus)]
+        # unit: the GPUs that reach each other without the scale-out network (NVLink domain; the
+        # server when GPUs talk over PCIe only)
+        dom_size = int(getattr(topology, "nvlink_domain_size", 1) or 1)
+        self._unit = self._domain if dom_size > 1 else self._server
+        self._remote: dict[int, int] = {}
+        self._exits: dict[int, tuple[tuple[int, ...], float]] = {}
         self._gpu_facts: dict[int, tuple[float, float]] = {}
 
     # ------------------------------------------------------------ structure
@@ -68,6 +75,29 @@ class TopoView:
 
     def domain_of(self, gpu: int) -> int:
         return self._domain[gpu]
+
+    def unit_of(self, gpu: int) -> int:
+        return self._unit[gpu]
+
+    def is_network_switch(self, node: int) -> bool:
+        return self.node_kind.get(node) == "switch" and self._tier.get(node) != "pcie"
+
+    def host_prefix(self, gpu: int) -> tuple[int, ...]:
+        """Channels from the GPU to its first network switch on the route to a GPU of another unit
+        (empty when the topology has a single unit)."""
+        other = self._remote.get(gpu)
+        if other is None:
+            u = self._unit[gpu]
+            other = next((g for g in range(self.num_gpus) if self._unit[g] != u), -1)
+            self._remote[gpu] = other
+        if other < 0:
+            return ()
+        prefix = []
+        for ch in self.path(gpu, other, 0):
+            prefix.append(ch)
+            if self.is_network_switch(int(self.ch_dst[ch])):
+                break
+        return tuple(prefix)
 
     def check_gpus(self, gpus) -> None:
         for g in gpus:
@@ -126,30 +156,112 @@ class TopoView:
         return max(cal.ALPHA_S.get(self.channel_kind(c), cal.ALPHA_S["network"]) for c in chans)
 
     # ------------------------------------------------------------ per-GPU bandwidths
-    def gpu_bandwidths(self, gpu: int) -> tuple[float, float]:
-        """(effective NVLink out B/s, effective network out B/s share of this GPU's NIC)."""
-        got = self._gpu_facts.get(gpu)
+    def nvlink_out_Bps(self, gpu: int) -> float:
+        """Effective NVLink bandwidth out of a GPU (all its NVLink ports); 0 without NVLink."""
+        return float(sum(self.capacity_Bps[ch] for ch, _ in self._adj[gpu] if self.ch_kind[ch] == "nvlink"))
+
+    def exits(self, gpu: int) -> tuple[tuple[int, ...], float]:
+        """(channels into the network switches a GPU reaches through its host side: NIC / PCIe
+        switches, never other GPUs or NVSwitches; bandwidth of its own first hops on that side)."""
+        got = self._exits.get(gpu)
         if got is not None:
             return got
-        nv = 0.0
-        net = 0.0
-        for ch, peer in self._adj[gpu]:
-            kind = self.channel_kind(ch)
-            if kind == "nvlink":
-                nv += self.capacity_Bps[ch]
-            elif kind == "network":
-                net += self.capacity_Bps[ch]
-            elif self.node_kind.get(peer) == "nic":
-                nic_out = sum(self.capacity_Bps[c2] for c2, _ in self._adj[peer]
-                              if self.channel_kind(c2) == "network")
-                sharers = sum(1 for _, p2 in self._adj[peer] if self.node_kind.get(p2) == "gpu")
-                net += min(self.capacity_Bps[ch], nic_out / max(1, sharers))
-        if nv == 0.0:
-            nv = math.inf if self.gpus_per_server <= 1 else self._pcie_bw(gpu)
-        got = (nv, net)
-        self._gpu_facts[gpu] = got
+        out: list[int] = []
+        first = 0.0
+        seen = {gpu}
+        frontier = [gpu]
+        while frontier:
+            nxt = []
+            for node in frontier:
+                for ch, peer in self._adj[node]:
+                    if self.is_network_switch(peer):
+                        out.append(ch)
+                        if node == gpu:
+                            first += self.capacity_Bps[ch]
+                    elif peer not in seen and (self.node_kind.get(peer) == "nic" or self._tier.get(peer) == "pcie"):
+                        if node == gpu:
+                            first += self.capacity_Bps[ch]
+                        seen.add(peer)
+                        nxt.append(peer)
+            frontier = nxt
+        got = (tuple(sorted(set(out))), first)
+        self._exits[gpu] = got
         return got
 
-    def _pcie_bw(self, gpu: int) -> float:
-        caps = [self.capacity_Bps[ch] for ch, _ in self._adj[gpu] if self.channel_kind(ch) == "pcie"]
-        return min(caps) if caps else 1.0
+    def route(self, src: int, dst: int, key: int = 0, pxn: bool = False) -> tuple[tuple[int, ...], tuple[float, ...]]:
+        """Channels and weights of one flow src -> dst. Inside an NVLink domain with several NVSwitch
+        chips the traffic is striped over every chip both GPUs reach (NVLink spreads a GPU's traffic
+        over all its links); between units a GPU with several network ports (dual ToR, bonded NIC)
+        spreads it over one ECMP route per port. Otherwise the single topo.Router route."""
+        ck = (src, dst, key, pxn, "w")
+        got = self._path_cache.get(ck)
+        if got is not None:
+            return got
+        chans: dict[int, float] = {}
+        if src != dst and self._unit[src] == self._unit[dst]:
+            pairs = []
+            for ch, sw in self._adj[src]:
+                if self.node_kind.get(sw) == "nvswitch":
+                    down = next((c2 for c2, p2 in self._adj[sw] if p2 == dst), None)
+                    if down is not None:
+                        pairs.append((ch, down))
+            if len(pairs) > 1:
+                for up, down in pairs:
+                    chans[up] = chans.get(up, 0.0) + 1.0 / len(pairs)
+                    chans[down] = chans.get(down, 0.0) + 1.0 / len(pairs)
+        if not chans and src != dst and self._unit[src] != self._unit[dst] and len(self.exits(src)[0]) > 1:
+            ports = len(self.exits(src)[0])
+            paths: dict[int, tuple[int, ...]] = {}
+            entries: set[int] = set()
+            for j in range(8 * ports):
+                p = self.path(src, dst, key * 64 + j, pxn)
+                port = next((c for c in p if self.is_network_switch(int(self.ch_dst[c]))), -1)
+                entry = p[-1] if p else -1
+                # one route per source port, preferring distinct destination ports as well
+                if port not in paths and (entry not in entries or j >= 4 * ports):
+                    paths[port] = p
+                    entries.add(entry)
+                if len(paths) == ports:
+                    break
+            for p in paths.values():
+                for c in p:
+                    chans[c] = chans.get(c, 0.0) + 1.0 / len(paths)
+        if chans:
+            got = (tuple(chans), tuple(chans.values()))
+        else:
+            p = self.path(src, dst, key, pxn)
+            got = (p, (1.0,) * len(p))
+        self._path_cache[ck] = got
+        return got
+
+    def group_bandwidths(self, gpus) -> tuple[float, float]:
+        """(intra-unit B/s, network B/s) per GPU for a group: the slowest member's NVLink ports
+        (or its PCIe path to a peer in its unit), and its share of its network ports: their
+        capacity divided by the group members that use the same ports (NIC sharing), capped by
+        the GPU's own host-side links."""
+        gpus = list(gpus)
+        by_unit: dict[int, list[int]] = defaultdict(list)
+        for g in gpus:
+            by_unit[self._unit[g]].append(g)
+        b_intra = math.inf
+        for g in gpus:
+            nv = self.nvlink_out_Bps(g)
+            if nv <= 0.0:
+                peers = [h for h in by_unit[self._unit[g]] if h != g]
+                if not peers:
+                    continue
+                nv = min(self.capacity_Bps[c] for c in self.path(g, peers[0], 0))
+            b_intra = min(b_intra, nv)
+        b_net = math.inf
+        if len(by_unit) > 1:
+            ex = {g: self.exits(g) for g in gpus}
+            users: dict[int, int] = defaultdict(int)
+            for chans, _ in ex.values():
+                for c in chans:
+                    users[c] += 1
+            for chans, first in ex.values():
+                if not chans:
+                    continue
+                share = sum(self.capacity_Bps[c] / users[c] for c in chans)
+                b_net = min(b_net, share, first if first > 0 else math.inf)
+        return b_intra, b_net

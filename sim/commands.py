@@ -76,7 +76,8 @@ def build_inputs(job: dict):
         plan = make_plan(job.get("plan_file"), **plan_fields)
         workload = generate(model, plan)
     world = int(workload.plan.world_size)
-    fabric = job.get("fabric") or "spectrum-x"
+    # default fabric: one Spectrum-X pod holds at most 4,096 GPUs (SimAI generator rules)
+    fabric = job.get("fabric") or ("spectrum-x" if world <= 4096 else "multi-pod")
     gpus = job.get("gpus")
     if gpus is None and not Path(fabric).is_file() and "gpus=" not in fabric:
         gps = 8
@@ -100,9 +101,13 @@ def run_job(job: dict, progress: bool = False, trace: bool = False, row_key=None
 
 def _row_key_for(workload):
     """Per-layer CSV rows: SimAI imports keep their layer lines; native workloads group by layer."""
-    if workload.meta.get("source_format") == "simai" or workload.meta.get("simai"):
+    if workload.meta.get("imported_from") == "simai":
         def key(op):
-            return op.name.split("#", 1)[0].split(".", 1)[0]
+            name = op.name
+            for suffix in ("_dgrad", "_wgrad", "_ig", "_wg"):
+                if name.endswith(suffix):
+                    return name[: -len(suffix)]
+            return name
         return key
     return None
 
@@ -131,7 +136,7 @@ def _job_worker(args):
 
 
 # ---------------------------------------------------------------- argument helpers
-def _add_inputs(p: argparse.ArgumentParser, fabric_default: str | None = "spectrum-x") -> None:
+def _add_inputs(p: argparse.ArgumentParser, fabric_flag: bool = True) -> None:
     g = p.add_argument_group("workload")
     g.add_argument("--workload", "-w", help="native workload JSON or SimAI workload text file")
     g.add_argument("--model", "-m", help="model: zoo name (e.g. llama3-70b, aicb-7) or config file")
@@ -141,10 +146,10 @@ def _add_inputs(p: argparse.ArgumentParser, fabric_default: str | None = "spectr
     for dest, flags, hlp in _PLAN_BOOLS:
         g.add_argument(*flags, dest=dest, action="store_const", const=True, default=None, help=hlp)
     t = p.add_argument_group("cluster")
-    if fabric_default is not None:
-        t.add_argument("--topology", "--fabric", "-t", dest="fabric", default=fabric_default,
+    if fabric_flag:
+        t.add_argument("--topology", "--fabric", "-t", dest="fabric", default=None,
                        help="topology template[:key=value,...] (spectrum-x, dcn+, alibaba-hpn, multi-pod, ...) "
-                            "or a SimAI topology file (default %(default)s)")
+                            "or a SimAI topology file (default: spectrum-x, multi-pod above 4,096 GPUs)")
     t.add_argument("--gpus", "-g", type=int, help="GPUs of a template topology (default: job size)")
     t.add_argument("--gpu", help="GPU for compute times (default: the topology's GPU type)")
     t.add_argument("--gpu-type", help="GPU type written into a template topology (e.g. A100, H100)")
@@ -180,7 +185,7 @@ def cmd_run(args) -> int:
     if _is_default_run(args):
         job = dict(EXAMPLE_JOB)
         job.update({k: v for k, v in (("gpus", args.gpus), ("gpu", args.gpu), ("mapping", args.mapping)) if v})
-        if args.fabric != "spectrum-x":
+        if args.fabric:
             job["fabric"] = args.fabric
         job["network"], job["sampling"] = args.network, args.sampling
         print("clustersim run: built-in example — AICB GPT-7B (-m 7), 32 x H100 on Spectrum-X 400 Gb/s, "
@@ -339,13 +344,13 @@ def sweep_jobs(base: dict, grids: list[str], fabrics: list[str] | None, networks
         if not values:
             raise SimError(f"--grid '{g}': no values")
         dims.append((k.strip().replace("-", "_"), values))
-    fabric_vals = fabrics or [base.get("fabric") or "spectrum-x"]
+    fabric_vals = fabrics or [base.get("fabric")]
     network_vals = networks or [base.get("network") or "flow"]
     jobs = []
     for fab, net in itertools.product(fabric_vals, network_vals):
         for combo in itertools.product(*[v for _, v in dims]) if dims else [()]:
             plan = dict(base["plan"])
-            label = {"fabric": fab, "network": net}
+            label = {"fabric": fab or "auto", "network": net}
             for (k, _), v in zip(dims, combo):
                 plan[k] = v
                 label[k] = v
@@ -411,7 +416,7 @@ def register(subparsers) -> None:
     p.set_defaults(func=cmd_run)
 
     c = subparsers.add_parser("compare", help="one workload across fabrics and/or plans: table + bar chart")
-    _add_inputs(c, fabric_default=None)
+    _add_inputs(c, fabric_flag=False)
     c.add_argument("--fabric", "--topology", "-t", dest="fabrics", action="append",
                    help="fabric to compare (repeatable): template[:key=value,...] or SimAI topology file")
     c.add_argument("--plan", dest="plans", action="append",

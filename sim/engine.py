@@ -76,6 +76,7 @@ class Handle:
     done: bool = False
     waiters: list = field(default_factory=list)
     rdv_s: float = math.nan      # cross-stage collectives: time the last participant arrived
+    fast: bool = False           # timed arithmetically (done_s known at issue; no events)
 
 
 @dataclass
@@ -153,6 +154,9 @@ class Engine:
         self._avail: dict = {}
         self.comm_count = 0
         self.bypassed = 0
+        # contention-free backend (analytical): every collective takes its idle-network time, so
+        # the slowest group's estimate is exact and nothing needs to be submitted
+        self.contention_free = getattr(backend, "kind", "") == "analytical"
         self._est_cache: dict = {}
         self.trace: list = []
         self.layers: dict = defaultdict(LayerStats)
@@ -171,27 +175,42 @@ class Engine:
         return d
 
     def _rail_pure(self) -> bool:
-        """True when flows between GPUs of one rail stay on that rail's links: every first-hop
-        switch serves one rail only and the fabric has at most two switch tiers (so no link above
-        the rail ToRs is shared between rails)."""
+        """True when every first-hop switch serves GPUs of one rail only (rail-optimized fabric)."""
         hit = self._group_cache.get("rail_pure")
         if hit is None:
             topo = self.topo
             hit = False
-            if all(hasattr(topo, a) for a in ("tors_of", "rail_of", "network_tiers")):
-                if len(topo.network_tiers()) <= 2:
-                    rails_of_tor: dict[int, int] = {}
-                    hit = True
-                    for g in range(int(topo.num_gpus)):
-                        r = topo.rail_of(g)
-                        for t in topo.tors_of(g):
-                            if rails_of_tor.setdefault(t, r) != r:
-                                hit = False
-                                break
-                        if not hit:
+            if all(hasattr(topo, a) for a in ("tors_of", "rail_of", "out_links", "nodes")):
+                rails_of_tor: dict[int, int] = {}
+                hit = True
+                for g in range(int(topo.num_gpus)):
+                    r = topo.rail_of(g)
+                    for t in topo.tors_of(g):
+                        if rails_of_tor.setdefault(t, r) != r:
+                            hit = False
                             break
+                    if not hit:
+                        break
             self._group_cache["rail_pure"] = hit
         return hit
+
+    def _pod(self, gpu: int):
+        """Switches one tier above the GPU's first-hop switches. GPUs with equal keys reach each
+        other through first-hop -> second-tier -> first-hop paths, never through higher tiers."""
+        key = ("pod", gpu)
+        r = self._domain_cache.get(key)
+        if r is None:
+            topo = self.topo
+            nodes = topo.nodes
+            ups = set()
+            for t in topo.tors_of(gpu):
+                for link in topo.out_links(t):
+                    n = nodes[link.dst]
+                    if n.kind == "switch" and n.tier not in ("pcie", nodes[t].tier):
+                        ups.add(link.dst)
+            r = tuple(sorted(ups))
+            self._domain_cache[key] = r
+        return r
 
     def _direct_ports(self) -> bool:
         """True when every GPU links straight to its first-hop switches (its own NIC endpoint, as in
@@ -225,6 +244,15 @@ class Engine:
         """Groups (GPU tuples) to submit; see the module docstring for the symmetry argument."""
         if self.sampling == "full" or len(groups) <= 1:
             return groups
+        if self.contention_free:
+            # no contention: congruent groups (same member offsets, same NVLink-domain pattern) have
+            # equal idle-network times, so the representative's group stands for all of them
+            import numpy as np
+            g = np.asarray(groups)
+            d = self._dom_array()[g]
+            if ((g - g[:, :1]) == (g[0] - g[0, 0])).all() and ((d - d[:, :1]) == (d[0] - d[0, 0])).all():
+                return [grp for grp in groups if rep_gpu in grp][:1]
+            return groups
         dom = self._domain
         if all(all(dom(g) == dom(grp[0]) for g in grp[1:]) for grp in groups):
             return [grp for grp in groups if rep_gpu in grp][:1]
@@ -232,8 +260,9 @@ class Engine:
             tors = self._tors
             if all(all(tors(g) == tors(grp[0]) for g in grp[1:]) for grp in groups):
                 return [grp for grp in groups if rep_gpu in grp][:1]
-        rail = self._rail
-        if self._rail_pure() and all(all(rail(g) == rail(grp[0]) for g in grp[1:]) for grp in groups):
+        rail, pod = self._rail, self._pod
+        if self._rail_pure() and all(all(rail(g) == rail(grp[0]) and pod(g) == pod(grp[0]) for g in grp[1:])
+                                     for grp in groups):
             r = rail(rep_gpu)
             return [grp for grp in groups if rail(grp[0]) == r]
         return groups
@@ -270,6 +299,14 @@ class Engine:
         self._group_cache[key] = pairs
         return pairs
 
+    def _dom_array(self):
+        dom = self._group_cache.get("dom_array")
+        if dom is None:
+            import numpy as np
+            dom = np.array([self.topo.nvlink_domain_of(g) for g in range(int(self.topo.num_gpus))])
+            self._group_cache["dom_array"] = dom
+        return dom
+
     def _find_isolated(self) -> set:
         """Group kinds whose per-micro-batch collectives never share a link with other traffic.
 
@@ -284,7 +321,7 @@ class Engine:
         import numpy as np
         kinds = {op.group for st in self.w.stages for ch in st.chunks for op in list(ch.forward) + list(ch.backward)
                  if op.is_comm and op.group != "pp"}
-        dom = np.array([self.topo.nvlink_domain_of(g) for g in range(int(self.topo.num_gpus))])
+        dom = self._dom_array()
         shared: set = set()
         all_intra: set = set()
         for k in kinds:
@@ -306,15 +343,25 @@ class Engine:
             return set(shared)
         return set()
 
-    def _bypass(self, handle: Handle, req: CollectiveRequest, now: float) -> None:
-        key = (req.op, req.gpus, req.size_bytes)
+    def _bypass(self, handle: Handle, reqs, now: float, key=None) -> None:
+        """Complete `handle` after the slowest of `reqs` on an idle network (backend.estimate).
+        `reqs`: a list of requests or a function returning it (called only on a cache miss)."""
+        if key is None:
+            key = tuple((r.op, r.gpus, r.size_bytes) for r in reqs)
         est = self._est_cache.get(key)
         if est is None:
-            est = float(self.net.estimate(req))
+            reqs = reqs() if callable(reqs) else reqs
+            est = max((float(self.net.estimate(r)) for r in reqs), default=0.0)
             self._est_cache[key] = est
         handle.start_s = now
         self.bypassed += 1
         self._push(now + est, self._finish, handle)
+
+    def _submit_or_estimate(self, handle: Handle, make_list, now: float, key) -> None:
+        if self.contention_free:
+            self._bypass(handle, make_list, now, key)
+        else:
+            self._submit(handle, make_list(), now)
 
     # ---------------- network submission ----------------
     def _submit(self, handle: Handle, reqs: list[CollectiveRequest], now: float) -> None:
@@ -346,7 +393,17 @@ class Engine:
         stream = st.streams[kind]
         stream.queue.append((handle, make_reqs))
         if not stream.busy:
-            self._stream_next(st, kind)
+            free = st.fast_free.get(kind, 0.0)
+            if free > self._now:
+                # an arithmetically timed op still occupies this stream
+                stream.busy = True
+                self._push(free, self._stream_release, st, kind)
+            else:
+                self._stream_next(st, kind)
+
+    def _stream_release(self, st: _StageRun, kind: str) -> None:
+        st.streams[kind].busy = False
+        self._stream_next(st, kind)
 
     def _stream_next(self, st: _StageRun, kind: str) -> None:
         stream = st.streams[kind]
@@ -444,6 +501,7 @@ class _StageRun:
         self.record = stage == 0
         self.rdv_counts: dict = {}
         self.explicit_pp = False
+        self.fast_free: dict[str, float] = {}   # kind -> end of the last arithmetically timed op
 
     # ops of one segment for this micro-batch
     def _segment_ops(self, seg) -> list:
@@ -467,6 +525,9 @@ class _StageRun:
 
     def _wait(self, handle: Handle, what) -> bool:
         """Block on `handle` if not done. Returns True when blocked (step() will be re-entered)."""
+        if handle.fast:
+            self._fast_wait(handle, what[2])
+            return False
         if handle.done:
             return False
         self.blocked_since = self.eng._now
@@ -502,6 +563,59 @@ class _StageRun:
         self.clock = eng._now
         self.step()
 
+    def _fast_ok(self, op) -> bool:
+        """True when `op` can be timed without events: its kind's traffic never contends (isolated
+        NVLink kind in a forward/backward list, or a contention-free backend) and its stream holds
+        no event-driven operation."""
+        eng = self.eng
+        if op.group in _CROSS_STAGE or op.group == "pp":
+            return False
+        if not eng.contention_free:
+            if op.group not in eng.isolated or self.segments[self.seg][0] not in ("fwd", "bwd"):
+                return False
+        stream = self.streams.get(op.group)
+        return stream is None or (not stream.busy and not stream.queue)
+
+    def _issue_fast(self, op) -> Handle:
+        eng = self.eng
+        groups = eng._groups_for(op.group, self.stage)
+        if not eng.contention_free and len(groups) != 1:
+            groups = groups[:1]
+        key = (op.group, self.stage, op.collective, int(op.size_bytes))
+        est = eng._est_cache.get(key)
+        if est is None:
+            reqs = [CollectiveRequest(op.collective, g, int(op.size_bytes), tag=f"{op.group}:{op.name}")
+                    for g in groups if len(g) > 1]
+            est = max((float(eng.net.estimate(r)) for r in reqs), default=0.0)
+            eng._est_cache[key] = est
+        start = max(self.clock, self.fast_free.get(op.group, 0.0))
+        done = start + est
+        self.fast_free[op.group] = done
+        eng.bypassed += 1
+        h = Handle(kind=op.group, name=op.name, start_s=start, done_s=done, done=True, fast=True)
+        if self.record:
+            st = eng.layers[eng.row_key(op)]
+            col = column_of(op)
+            st.comm_s[col] += est
+            st.comm_bytes[col] += op.size_bytes
+            st.comm_kind[col] = (op.collective, len(groups[0]))
+        if eng.tracing:
+            eng.trace.append((self.stage, f"comm:{op.group}", op.name, start, est, "comm"))
+        return h
+
+    def _fast_wait(self, h: Handle, op) -> None:
+        dt = h.done_s - self.clock
+        if dt <= 0:
+            return
+        eng = self.eng
+        self.stats.exposed_s[report_group(h.kind)] += dt
+        self.stats.exposed_kind_s[h.kind] = self.stats.exposed_kind_s.get(h.kind, 0.0) + dt
+        if op is not None and self.record:
+            eng.layers[eng.row_key(op)].exposed_s[column_of(op)] += dt
+        if eng.tracing:
+            eng.trace.append((self.stage, "compute", f"wait {h.name}", self.clock, dt, "wait"))
+        self.clock = h.done_s
+
     def _issue(self, op, now: float) -> Handle:
         eng = self.eng
         handle = Handle(kind=op.group, name=op.name)
@@ -524,8 +638,9 @@ class _StageRun:
                 if rdv["arrived"] == rdv["need"]:
                     groups = eng._groups_for(op.group, self.stage)
                     master = Handle(kind=op.group, name=op.name)
-                    reqs = [CollectiveRequest(op.collective, g, int(op.size_bytes), tag=f"{op.group}:{op.name}")
-                            for g in groups if len(g) > 1]
+                    def reqs():
+                        return [CollectiveRequest(op.collective, g, int(op.size_bytes), tag=f"{op.group}:{op.name}")
+                                for g in groups if len(g) > 1]
                     for hh in rdv["handles"]:
                         hh.start_s = t
                         hh.rdv_s = t
@@ -533,28 +648,17 @@ class _StageRun:
                         for hh in hs:
                             eng._finish(hh)
                     master.waiters.append(fan_out)
-                    eng._submit(master, reqs, t)
+                    eng._submit_or_estimate(master, reqs, t, ("x", op.group, op.collective, int(op.size_bytes)))
         else:
             groups = eng._groups_for(op.group, self.stage)
-            if op.group in eng.isolated and self.segments[self.seg][0] in ("fwd", "bwd") and len(groups) == 1:
-                req1 = CollectiveRequest(op.collective, groups[0], int(op.size_bytes), tag=f"{op.group}:{op.name}")
+            est_key = (op.group, self.stage, op.collective, int(op.size_bytes))
 
-                def make_reqs(h: Handle, t: float) -> None:
-                    eng._bypass(h, req1, t)
-                eng._stream_issue(self, op.group, handle, make_reqs)
-                if record:
-                    def account() -> None:
-                        st = eng.layers[row]
-                        st.comm_s[col] += handle.done_s - handle.start_s
-                        st.comm_bytes[col] += op.size_bytes
-                        st.comm_kind[col] = (op.collective, len(groups[0]))
-                    handle.waiters.append(account)
-                return handle
+            def reqs():
+                return [CollectiveRequest(op.collective, g, int(op.size_bytes), tag=f"{op.group}:{op.name}")
+                        for g in groups if len(g) > 1]
 
             def make_reqs(h: Handle, t: float) -> None:
-                reqs = [CollectiveRequest(op.collective, g, int(op.size_bytes), tag=f"{op.group}:{op.name}")
-                        for g in groups if len(g) > 1]
-                eng._submit(h, reqs, t)
+                eng._submit_or_estimate(h, reqs, t, est_key)
 
         if record:
             def account() -> None:
@@ -594,9 +698,11 @@ class _StageRun:
             return
         pairs = eng._pp_pairs(self.stage, dst_stage)
 
+        est_key = ("pp", self.stage, dst_stage, size)
+
         def make_reqs(h: Handle, t: float) -> None:
-            reqs = [CollectiveRequest("send", pair, size, tag=f"pp:{h.name}") for pair in pairs]
-            eng._submit(h, reqs, t)
+            eng._submit_or_estimate(h, lambda: [CollectiveRequest("send", pair, size, tag=f"pp:{h.name}")
+                                                for pair in pairs], t, est_key)
 
         eng._stream_issue(self, stream, handle, make_reqs)
 
@@ -646,7 +752,9 @@ class _StageRun:
                 if waits:
                     while waits:
                         h = waits[0]
-                        if not h.done:
+                        if h.fast:
+                            self._fast_wait(h, op)
+                        elif not h.done:
                             if self.clock > now:
                                 eng._push(self.clock, self.step)
                                 return
@@ -663,6 +771,18 @@ class _StageRun:
                     self.clock += dur
                     self.stats.compute_s += dur
                     self.idx += 1
+                    continue
+                if self._fast_ok(op):
+                    h = self._issue_fast(op)
+                    self.idx += 1
+                    if op.blocking:
+                        self._fast_wait(h, op)
+                    elif op.wait_op:
+                        self.pending[op.wait_op].append(h)
+                    elif op.microbatch == "last" and seg[0] in ("fwd", "bwd"):
+                        self.deferred.append((h, op))
+                    else:
+                        self.seg_outstanding.append((h, op))
                     continue
                 # communication: must be issued at the engine's current time
                 if self.clock > now:

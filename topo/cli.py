@@ -58,8 +58,10 @@ def register(subparsers) -> None:
     c.add_argument("--pods", type=int, help="multi-pod: number of pods (default: as needed)")
     c.add_argument("--segments-per-pod", type=int, help="multi-pod: segments per pod")
     c.add_argument("--tor-oversubscription", type=float, help="multi-pod: ASW down/up bandwidth (sets PSWs per pod)")
-    c.add_argument("--core-oversubscription", "--oversubscription", dest="core_oversubscription", type=float,
+    c.add_argument("--core-oversubscription", dest="core_oversubscription", type=float,
                    help="multi-pod: PSW down/up bandwidth towards the core (1)")
+    c.add_argument("--oversubscription", type=float,
+                   help="multi-pod: = --core-oversubscription; other templates: = --tor-oversubscription")
     c.add_argument("--core-radix", type=int, help="multi-pod: ports per core switch (64)")
     c.add_argument("-k", "--k", dest="k", type=int, help="fat-tree arity (16)")
     c.add_argument("--nvswitch-chips", type=int,
@@ -67,6 +69,8 @@ def register(subparsers) -> None:
     c.add_argument("--nvswitch-chip-links", help="NVLink ports per GPU to each chip, e.g. 5,4,4,5 (HGX H100)")
     c.add_argument("--nvlink-domain", dest="nvlink_domain_size", type=int, help="GPUs per NVLink domain")
     c.add_argument("--nics", action="store_true", help="model NICs as nodes (GPU -PCIe- NIC - ToR)")
+    c.add_argument("--nic-bw-per-gpu", dest="nic_bandwidth_per_gpu_Bps",
+                   help="scale-out bandwidth per GPU (instead of -bw); port rate = this x GPUs per NIC / ToRs")
     c.add_argument("--gpus-per-nic", type=int, help="GPUs sharing one NIC (1; pcie template 2)")
     c.add_argument("--pcie-bw", dest="pcie_bandwidth_Bps", help="PCIe link rate (512Gbps Gen5 x16)")
     c.add_argument("--no-network", dest="network", action="store_false", default=None,
@@ -79,8 +83,9 @@ def register(subparsers) -> None:
 _PARAMS = ("gpus", "gpus_per_server", "gpu_type", "nvswitch_per_server", "nvlink_bandwidth_Bps",
            "nvlink_latency_s", "latency_s", "nic_bandwidth_Bps", "asw_count", "nics_per_asw", "psw_count",
            "asw_psw_bandwidth_Bps", "asw_per_psw", "error_rate", "pods", "segments_per_pod",
-           "tor_oversubscription", "core_oversubscription", "core_radix", "k", "nvswitch_chips",
-           "nvswitch_chip_links", "nvlink_domain_size", "gpus_per_nic", "pcie_bandwidth_Bps", "network")
+           "tor_oversubscription", "core_oversubscription", "oversubscription", "core_radix", "k", "nvswitch_chips",
+           "nvswitch_chip_links", "nvlink_domain_size", "gpus_per_nic", "pcie_bandwidth_Bps", "network",
+           "nic_bandwidth_per_gpu_Bps")
 
 
 def _template_of(args, name: str | None) -> str:

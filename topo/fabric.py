@@ -98,8 +98,9 @@ def build_fabric(spec: FabricSpec, name: str = "") -> Topology:
     if spec.host == "pcie":
         dom = 1
     else:
-        _need(dom % gps == 0 and G % dom == 0,
-              f"nvlink_domain_size: {dom} must be a multiple of GPUs per server {gps} and divide {G} GPUs")
+        _need(dom % gps == 0, f"nvlink_domain_size: {dom} is not a multiple of "
+              f"{_flag(spec, 'gpus_per_server')} {gps}")
+        _need(G % dom == 0, f"{_flag(spec, 'gpus')}: {G} GPUs is not a multiple of the NVLink domain size {dom}")
     b = _Builder()
     b.add(G, "gpu", "gpu")
     er = spec.error_rate
@@ -231,6 +232,8 @@ def _clos(spec: FabricSpec, b: _Builder, n_ep: int, rails: int, notes: list[str]
         notes.append(f"ASW count corrected from {spec.asw_requested} to {segments * asw_per_seg * banks} "
                      f"({segments} segment(s) x {asw_per_seg * banks} ASWs)")
     per_pod = spec.segments_per_pod or max_seg
+    _need(per_pod <= max_seg, f"segments_per_pod: {per_pod} exceeds what a PSW's {app} ASW ports allow "
+          f"({max_seg})")
     _need(per_pod >= 1, f"{_flag(spec, 'asw_per_psw')}: {app} ASWs per PSW cannot hold one segment of "
           f"{asw_per_seg} ASWs")
     pods = spec.pods or -(-segments // per_pod)

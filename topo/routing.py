@@ -21,6 +21,7 @@ from array import array
 
 import numpy as np
 
+from topo.errors import TopoError
 from topo.model import Topology, is_network_switch
 
 _M64 = (1 << 64) - 1
@@ -100,6 +101,46 @@ class Router:
                 if first is not None:
                     return first + self._net_path(proxy, dst_gpu, flow_key, src_gpu)
         return self._net_path(src_gpu, dst_gpu, flow_key, src_gpu)
+
+    def ecmp_paths(self, src_gpu: int, dst_gpu: int, limit: int = 64) -> list[tuple[int, ...]]:
+        """Up to `limit` distinct equal-cost paths (without PXN), in a deterministic order; e.g. to
+        split one transfer over NVSwitch chips or spines."""
+        if src_gpu == dst_gpu:
+            return [()]
+        if self.same_nvlink_domain(src_gpu, dst_gpu):
+            hin = self._hin(dst_gpu)
+            two = [(l1, hin[sw]) for l1, sw in self._hout(src_gpu) if sw in hin]
+            if two:
+                return two[:limit]
+            p = self._host_bfs(src_gpu, dst_gpu, 0)
+            if p is not None:
+                return [p]
+        sp, dp = self._src_ports(src_gpu), self._dst_ports(dst_gpu)
+        idx = self._idx
+        combos = []
+        for pre, s_sw in sp:
+            for suf, d_sw in dp:
+                dd = self._towards(d_sw)[0][idx[s_sw]]
+                if dd >= 0:
+                    combos.append((len(pre) + dd + len(suf), pre, s_sw, suf, d_sw))
+        if not combos:
+            raise TopoError(f"no route from GPU {src_gpu} to GPU {dst_gpu}")
+        best = min(c[0] for c in combos)
+        out: list[tuple[int, ...]] = []
+        for cost, pre, s_sw, suf, d_sw in combos:
+            if cost != best:
+                continue
+            _, ptr, nlid, ndst = self._towards(d_sw)
+            y = idx[d_sw]
+            stack = [(idx[s_sw], list(pre))]
+            while stack and len(out) < limit:
+                x, acc = stack.pop()
+                if x == y:
+                    out.append(tuple(acc) + suf)
+                    continue
+                for k in range(ptr[x + 1] - 1, ptr[x] - 1, -1):
+                    stack.append((ndst[k], acc + [nlid[k]]))
+        return out[:limit]
 
     def hops(self, src_gpu: int, dst_gpu: int) -> int:
         return len(self.path(src_gpu, dst_gpu))
@@ -242,18 +283,19 @@ class Router:
         return got
 
     def _net_path(self, a: int, b: int, key: int, origin: int) -> tuple[int, ...]:
-        sp, dp = self._src_ports(a), self._dst_ports(b)
+        sp = self._ports.get(a) or self._src_ports(a)
+        dp = self._rports.get(b) or self._dst_ports(b)
         if not sp or not dp:
-            raise ValueError(f"no route from GPU {a} to GPU {b}: "
+            raise TopoError(f"no route from GPU {a} to GPU {b}: "
                              f"{'source' if not sp else 'destination'} has no network link")
         idx = self._idx
         h = _mix(origin, b, key, 7)
         if len(sp) == 1 and len(dp) == 1:
             pre, s_sw = sp[0]
             suf, d_sw = dp[0]
-            route = self._towards(d_sw)
+            route = self._route.get(d_sw) or self._towards(d_sw)
             if route[0][idx[s_sw]] < 0:
-                raise ValueError(f"no route from GPU {a} to GPU {b}: network not connected")
+                raise TopoError(f"no route from GPU {a} to GPU {b}: network not connected")
         else:
             best = None
             cands: list[tuple[tuple[int, ...], int, tuple[int, ...], int]] = []
@@ -269,7 +311,7 @@ class Router:
                     elif cost == best:
                         cands.append((pre, s_sw, suf, d_sw))
             if not cands:
-                raise ValueError(f"no route from GPU {a} to GPU {b}: network not connected")
+                raise TopoError(f"no route from GPU {a} to GPU {b}: network not connected")
             pre, s_sw, suf, d_sw = cands[h % len(cands)]
             route = self._towards(d_sw)
         out = list(pre)
@@ -288,38 +330,53 @@ class Router:
         return tuple(out)
 
     # ---- PXN ----------------------------------------------------------------------------------
+    def _net_cost(self, a: int, b: int) -> int:
+        """Links on the shortest network route a -> b (a large number if none)."""
+        best = 1 << 30
+        idx = self._idx
+        for pre, s_sw in self._src_ports(a):
+            for suf, d_sw in self._dst_ports(b):
+                dd = self._towards(d_sw)[0][idx[s_sw]]
+                if dd >= 0:
+                    best = min(best, len(pre) + dd + len(suf))
+        return best
+
     def _pxn_proxy(self, a: int, b: int) -> int | None:
+        """The GPU of a's NVLink domain on b's rail, if its network route to b is shorter than a's
+        (rail-optimized fabrics: it avoids the spine); None otherwise."""
         t = self.topology
         rail = t.rail_of(b)
-        if t.rail_of(a) == rail:
+        if t.rail_of(a) == rail or self._comp[a] < 0:
             return None
         for g in t.gpus_of_server(t.server_of(a)):
-            if g != a and t.rail_of(g) == rail and self._comp[g] == self._comp[a] and self._comp[a] >= 0:
-                return g
+            if g != a and t.rail_of(g) == rail and self._comp[g] == self._comp[a]:
+                return g if self._net_cost(g, b) < self._net_cost(a, b) else None
         return None
 
 
 def _host_components(t: Topology, is_hostsw: list[bool]) -> list[int]:
-    """Per GPU: id of the set of GPUs joined through NVSwitch / PCIe switches (-1: none)."""
-    parent = list(range(len(t.nodes)))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
+    """Per GPU: id of the set of GPUs joined through NVSwitch / PCIe switches (-1: none).
+    Min-label propagation over host links (converges in a few rounds: domains are shallow)."""
     G = t.num_gpus
-    for lk in t.links:
-        if lk.kind == "network":
-            continue
-        a, b = lk.src, lk.dst
-        if (a < G or is_hostsw[a]) and (b < G or is_hostsw[b]):
-            ra, rb = find(a), find(b)
-            if ra != rb:
-                parent[max(ra, rb)] = min(ra, rb)
-    out = []
-    for g in range(G):
-        r = find(g)
-        out.append(r if r != g or any(is_hostsw[lk.dst] for lk in t.out_links(g)) else -1)
-    return out
+    n = len(t.nodes)
+    inside = np.array(is_hostsw, dtype=bool)
+    inside[:G] = True
+    host_node = np.array(is_hostsw, dtype=bool)
+    links = t.links
+    src = np.fromiter((lk.src for lk in links), dtype=np.int64, count=len(links))
+    dst = np.fromiter((lk.dst for lk in links), dtype=np.int64, count=len(links))
+    kind_ok = np.fromiter((lk.kind != "network" for lk in links), dtype=bool, count=len(links))
+    keep = kind_ok & inside[src] & inside[dst]
+    src, dst = src[keep], dst[keep]
+    label = np.arange(n, dtype=np.int64)
+    while True:
+        new = label.copy()
+        np.minimum.at(new, dst, label[src])
+        np.minimum.at(new, src, label[dst])
+        if np.array_equal(new, label):
+            break
+        label = new
+    has_host = np.zeros(n, dtype=bool)
+    has_host[src[host_node[dst]]] = True
+    out = np.where(has_host[:G], label[:G], -1)
+    return out.tolist()

@@ -27,7 +27,7 @@ from collections import deque
 from pathlib import Path
 
 from topo.errors import TopoError
-from topo.model import Link, Node, Topology, is_host_side, tier_name
+from topo.model import Link, Node, Topology, tier_name
 from topo.units import format_number, format_rate, format_time, parse_rate, parse_time
 
 TRAILER = "#clustersim"
@@ -46,9 +46,7 @@ def simai_lines(t: Topology) -> tuple[list[str], list[str]]:
         if nodes[i].kind != "gpu":
             raise TopoError(f"topology: node {i} must be a GPU (GPUs are numbered 0..{G - 1})")
     host = [n.id for n in nodes[G:] if _host_section(n)]
-    if host and host != list(range(G, G + len(host))):
-        raise TopoError("topology: NVSwitch/PCIe-switch nodes must directly follow the GPUs to be written for SimAI")
-    rest = [n.id for n in nodes[G + len(host):]]
+    rest = [n.id for n in nodes[G:] if not _host_section(n)]
     if any(n.kind == "gpu" for n in nodes[G:]):
         raise TopoError("topology: all GPUs must come first")
     links = t.links
@@ -131,7 +129,7 @@ def _parse_ranges(text: str) -> list[int]:
 def _trailer(t: Topology, host: list[int], warnings: list[str]) -> list[str]:
     """Comment lines for what the SimAI structure does not imply (empty for SimAI's own models)."""
     G = t.num_gpus
-    inferred_nodes, _ = _infer_nodes(len(t.nodes), G, set(host), t.links)
+    inferred_nodes = _infer_nodes(len(t.nodes), G, set(host), t.links)
     node_diff: dict[tuple[str, str], list[int]] = {}
     for n in t.nodes[G:]:
         if (n.kind, n.tier) != inferred_nodes[n.id]:
@@ -166,7 +164,7 @@ def _infer_link_kind(ka: str, kb: str) -> str:
     return "nvlink" if "nvswitch" in (ka, kb) else "network"
 
 
-def _infer_nodes(num_nodes: int, G: int, nvs: set[int], links) -> tuple[list[tuple[str, str]], None]:
+def _infer_nodes(num_nodes: int, G: int, nvs: set[int], links) -> list[tuple[str, str]]:
     """(kind, tier) of every node from the structure: tiers by BFS level from the GPUs."""
     out: list[tuple[str, str]] = [("gpu", "gpu")] * G + [("switch", "")] * (num_nodes - G)
     for i in nvs:
@@ -190,7 +188,7 @@ def _infer_nodes(num_nodes: int, G: int, nvs: set[int], links) -> tuple[list[tup
     for i in range(G, num_nodes):
         if i not in nvs:
             out[i] = ("switch", tier_name(level[i]) if level[i] else "unconnected")
-    return out, None
+    return out
 
 
 def _infer_domain_size(G: int, links, kinds: list[str]) -> int:
@@ -305,7 +303,7 @@ def read_simai_topology(path: str | os.PathLike) -> Topology:
     if toks:
         raise TopoError(f"{name}:{ln}: more cable lines than the {link_num} declared in the header")
     # trailer
-    node_info, _ = _infer_nodes(node_num, G, nvs, links)
+    node_info = _infer_nodes(node_num, G, nvs, links)
     dom = None
     for i, line in enumerate(lines, start=1):
         if not line.startswith(TRAILER + " "):
@@ -329,7 +327,4 @@ def read_simai_topology(path: str | os.PathLike) -> Topology:
     nodes = tuple(Node(i, k, tr) for i, (k, tr) in enumerate(node_info))
     if dom is None:
         dom = _infer_domain_size(G, links, [n.kind for n in nodes])
-    notes = []
-    if any(is_host_side(n) and n.kind == "nic" for n in nodes):
-        notes.append("file carries clustersim NIC nodes")
-    return Topology(G, gps, gpu_type, dom, nodes, tuple(links), name=path.name, notes=tuple(notes))
+    return Topology(G, gps, gpu_type, dom, nodes, tuple(links), name=path.name)

@@ -13,7 +13,8 @@ seconds or strings such as "0.0005ms"):
   nvlink rate), nvswitch_chips (faithful: that many chips per NVLink domain, each GPU's NVLink
   bandwidth split evenly over them, or by nvswitch_chip_links such as "5,4,4,5" for HGX H100),
   nvlink_bandwidth_Bps, nvlink_latency_s,
-  nic_bandwidth_Bps (endpoint-ToR link), latency_s, nics (NIC nodes), gpus_per_nic, pcie_bandwidth_Bps,
+  nic_bandwidth_Bps (endpoint-ToR link, per port), nic_bandwidth_per_gpu_Bps (alternative: the
+  scale-out bandwidth each GPU gets; the port rate follows from NIC sharing and dual ToR), latency_s, nics (NIC nodes), gpus_per_nic, pcie_bandwidth_Bps,
   pcie_latency_s, asw_count, nics_per_asw, psw_count (per pod), asw_psw_bandwidth_Bps, asw_per_psw,
   dual_tor, dual_plane, rail_optimized, pods, segments_per_pod,
   tor_oversubscription (ASW down/up bandwidth; sets the PSW count per pod),
@@ -59,7 +60,7 @@ _KNOWN = set(SIMAI_BASE) | {
     "dual_tor", "dual_plane", "rail_optimized", "nvswitch_chips", "nics", "gpus_per_nic",
     "pcie_bandwidth_Bps", "pcie_latency_s", "pcie_switches_per_server", "pods", "segments_per_pod",
     "tor_oversubscription", "core_oversubscription", "oversubscription", "core_radix", "k",
-    "nvswitch_chip_links",
+    "nvswitch_chip_links", "nic_bandwidth_per_gpu_Bps",
     "nvlink_domain_size", "network", "name", "flag_names"}
 
 
@@ -216,6 +217,16 @@ def build(template: str, **params) -> Topology:
         if spec.pcie is None:
             spec.pcie = Rate(*rate_of(_PCIE_GEN5, "pcie_bandwidth_Bps"))
             spec.pcie_latency = Rate(*time_of(_PCIE_LAT, "pcie_latency_s"))
+    if p.get("nic_bandwidth_per_gpu_Bps") is not None:
+        if "nic_bandwidth_Bps" in params:
+            raise TopoError(f"{fl('nic_bandwidth_per_gpu_Bps')}: give either it or {fl('nic_bandwidth_Bps')}")
+        per_gpu = _rate(p, "nic_bandwidth_per_gpu_Bps", fl("nic_bandwidth_per_gpu_Bps")).value
+        sharing = spec.gpus_per_nic if (spec.nics or t == "pcie") else 1
+        if t == "pcie":
+            sharing = _int(p, "gpus_per_nic", fl("gpus_per_nic"))
+        port = per_gpu * sharing / (2 if dual_tor else 1)
+        spec.nic = Rate(port, format_rate(port))
+        p["nic_bandwidth_Bps"] = spec.nic.text
     if "nvlink_domain_size" in p:
         spec.nvlink_domain_size = _int(p, "nvlink_domain_size", fl("nvlink_domain_size"))
     if "network" in p:

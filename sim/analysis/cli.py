@@ -42,8 +42,9 @@ def register(subparsers) -> None:
     s.add_argument("--gmi-error", type=float, default=6.0, help="GiB of device memory kept free (default 6)")
     s.add_argument("--allocated", action="store_true",
                    help="check allocated instead of reserved (allocator-inclusive) peak memory")
-    s.add_argument("--topology", default=None,
-                   help="topo template for collective estimates and flow confirmation (e.g. spectrum-x)")
+    s.add_argument("--topology", default="spectrum-x",
+                   help="topo template sized to --world-size, for collective estimates and the flow "
+                        "confirmation (default spectrum-x; 'none': alpha-beta estimates, no confirmation)")
     s.add_argument("--top-k", type=int, default=3, help="plans to confirm with the flow backend (default 3)")
     s.add_argument("--no-confirm", action="store_true", help="skip the flow-backend confirmation")
     s.add_argument("--workers", type=int, default=1, help="local worker processes (under mpiexec: MPI ranks)")
@@ -73,6 +74,8 @@ def _plan_args(p) -> None:
     p.add_argument("--dist-opt", action="store_true", help="Megatron distributed optimizer")
     p.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="DeepSpeed ZeRO stage")
     p.add_argument("--no-flash", action="store_true", help="unfused attention (keeps the s x s scores)")
+    p.add_argument("--first-stage-layers", type=int, default=None, help="layers on pipeline stage 0 (uneven)")
+    p.add_argument("--last-stage-layers", type=int, default=None, help="layers on the last stage (uneven)")
 
 
 def _plan_from_args(args, model):
@@ -87,7 +90,8 @@ def _plan_from_args(args, model):
                         global_batch_size=args.gbs or args.mbs * dp, seq_length=args.seq or model.seq_length,
                         recompute=args.recompute, recompute_num_layers=args.recompute_layers,
                         distributed_optimizer=args.dist_opt, zero_stage=args.zero,
-                        framework="deepspeed" if args.zero else "megatron", flash_attention=not args.no_flash)
+                        framework="deepspeed" if args.zero else "megatron", flash_attention=not args.no_flash,
+                        num_layers_first_stage=args.first_stage_layers, num_layers_last_stage=args.last_stage_layers)
 
 
 def _write_json(path: str, obj) -> None:
@@ -182,9 +186,10 @@ def cmd_search(args) -> int:
                         optimizer=_words(args.optimizer, "optimizer",
                                          ("none", "distributed", "zero1", "zero2", "zero3")))
     topology = None
-    if args.topology:
+    if args.topology and args.topology != "none":
         import topo
-        topology = topo.build(args.topology, gpus=args.world_size)
+        topology = topo.build(args.topology, gpus=args.world_size, gpus_per_server=hw.gpus_per_server,
+                              gpu_type=extra.get("gpu", args.gpu))
     res = search(model, args.world_size, args.gbs, gpu=extra.get("gpu", args.gpu), hw=hw, seq_length=args.seq,
                  space=space, gmi_error_GiB=args.gmi_error, use_reserved_memory=not args.allocated,
                  dtype=args.dtype, topology=topology, top_k=args.top_k, confirm=not args.no_confirm,

@@ -326,7 +326,8 @@ def analyze_memory(model, plan, workload=None, *, options: MemoryOptions = Memor
                 if cand > best[0]:
                     best = (cand, layer, op.name)
                 cum += sv
-            fwd_inside.append((best[0] - total, best[1], best[2]))  # relative to the chunk's full saved
+            # relative to the chunk's full saved set (walk accounting on both sides)
+            fwd_inside.append((best[0] - cum, best[1], best[2]))
             # backward: the first layer backwarded is the chunk's last one (largest live set)
             bbest = (0, -1, "")
             if last_chunk:
@@ -352,11 +353,12 @@ def analyze_memory(model, plan, workload=None, *, options: MemoryOptions = Memor
         last_c = inflight[-1]
         f_extra, f_layer, f_op = fwd_inside[last_c]
         fwd_peak = base + peak_act + max(0, f_extra)
-        # backward peak: first backward runs on the chunk of the last forward with all in-flight alive
-        b_extra, b_layer, b_op = bwd_inside[last_c]
+        # backward peak: the first backward (all in-flight alive) runs on the last model chunk (v-1)
+        b_c = len(chunks) - 1
+        b_extra, b_layer, b_op = bwd_inside[b_c]
         bwd_peak = base + peak_act + b_extra
         fpath = PeakPath(stage, last_c, f_layer, f_op, "fwd")
-        bpath = PeakPath(stage, last_c, b_layer, b_op, "bwd")
+        bpath = PeakPath(stage, b_c, b_layer, b_op, "bwd")
         peak_alloc = max(fwd_peak, bwd_peak)
         path = fpath if fwd_peak >= bwd_peak else bpath
         n_blocks = len(inflight) * (len(ops_seq) if ops_seq else 1) + 8
@@ -390,6 +392,19 @@ def comm_buffers(model, plan, D: Dims, options: MemoryOptions) -> dict[str, int]
     if plan.framework == "deepspeed" and plan.zero_stage >= 1:
         out["zero_reduce_bucket"] = 2 * plan.reduce_bucket_elements
         out["zero_allgather_bucket"] = 2 * plan.allgather_bucket_elements
+    if plan.framework == "deepspeed" and plan.zero_stage >= 3:
+        # ZeRO-3 gathers a layer's full (TP-sharded) weights before use and prefetches the next one
+        out["zero3_gathered_params"] = 2 * 2 * _largest_layer_params(model, plan)
     if plan.tp_comm_overlap and plan.tp > 1:
         out["tp_overlap_userbuffers"] = 2 * 2 * D.T * D.h
     return out
+
+
+def _largest_layer_params(model, plan) -> int:
+    """Parameters of the largest transformer layer held by one rank before ZeRO sharding."""
+    try:
+        from workload_gen.params import layer_rank_params
+        return max(sum(layer_rank_params(model, plan, i)[:2]) for i in {0, model.num_layers - 1})
+    except ImportError:
+        from sim.analysis.stagefacts import own_rank_params
+        return max(own_rank_params(model, plan, 1, (i,)).total for i in {0, model.num_layers - 1})

@@ -17,6 +17,7 @@ import dataclasses
 import io
 import math
 import os
+import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
@@ -25,7 +26,7 @@ from itertools import product
 
 from sim.analysis.cost import count_flops, utilisation
 from sim.analysis.memory import GiB, MemoryOptions, analyze_memory
-from sim.analysis.steptime import CommTimer, HardwareSpec, KernelTimer, estimate_step
+from sim.analysis.steptime import CommTimer, HardwareSpec, KernelTimer, estimate_step, make_analytical_backend
 
 OPTIMIZERS = ("none", "distributed", "zero1", "zero2", "zero3")
 RECOMPUTES = ("none", "selective", "full")
@@ -46,6 +47,7 @@ class SearchSpace:
     full_recompute_fractions: tuple[float, ...] = (1.0, 0.5)   # of the layers per chunk
     optimizer: tuple[str, ...] = ("none", "distributed")
     max_tp: int = 8
+    uneven_pipeline: bool = True      # pp not dividing the layers: first/last stages absorb the rest
 
 
 @dataclass
@@ -100,6 +102,23 @@ def _pow2_upto(n: int) -> list[int]:
     return out
 
 
+def pipeline_split(num_layers: int, pp: int) -> tuple[int | None, int | None, int] | None:
+    """(layers on the first stage, on the last stage, on each middle stage); None/None when even.
+
+    Uneven: middle stages get ceil(L/pp) layers, the first and last stages share the rest (the first
+    one the smaller half: it also holds the embedding). None when no such split exists."""
+    if num_layers % pp == 0:
+        return None, None, num_layers // pp
+    if pp == 2:
+        return num_layers // 2, num_layers - num_layers // 2, 0
+    per = -(-num_layers // pp)
+    rest = num_layers - per * (pp - 2)
+    first, last = rest // 2, rest - rest // 2
+    if first < 1:
+        return None
+    return first, last, per
+
+
 def enumerate_plans(model, world_size: int, global_batch_size: int, seq_length: int,
                     space: SearchSpace = SearchSpace(), dtype: str = "bf16",
                     flash_attention: bool = True) -> list:
@@ -108,7 +127,9 @@ def enumerate_plans(model, world_size: int, global_batch_size: int, seq_length: 
     L = model.num_layers
     heads = model.num_attention_heads
     tps = space.tp or tuple(d for d in _pow2_upto(space.max_tp) if heads % d == 0)
-    pps = space.pp or tuple(d for d in _divisors(L) if world_size % d == 0 and d <= 32)
+    pps = space.pp or tuple(sorted(
+        {d for d in _divisors(L) if world_size % d == 0 and d <= 32}
+        | ({d for d in _pow2_upto(min(32, L)) if world_size % d == 0} if space.uneven_pipeline else set())))
     cps = space.cp or tuple(c for c in (1, 2, 4, 8) if seq_length % (2 * c) == 0 or c == 1)
     moe = model.num_experts > 0
     eps = space.ep or (tuple(e for e in _pow2_upto(min(model.num_experts, 256)) if model.num_experts % e == 0)
@@ -118,9 +139,14 @@ def enumerate_plans(model, world_size: int, global_batch_size: int, seq_length: 
         if world_size % (tp * cp * pp):
             continue
         dp = world_size // (tp * cp * pp)
-        per_stage = L // pp
-        vpps = space.vpp or tuple(v for v in (1, 2, 3, 4, 5, 6, 8, 10) if per_stage % v == 0
-                                  and per_stage // v >= 1)
+        split = pipeline_split(L, pp)
+        if split is None:
+            continue
+        first, last, per_mid = split
+        stage_counts = [c for c in (first, last, per_mid) if c]
+        per_stage = min(stage_counts)
+        vpps = space.vpp or tuple(v for v in (1, 2, 3, 4, 5, 6, 8, 10)
+                                  if all(c % v == 0 for c in stage_counts))
         sps = (False,) if tp == 1 else space.sequence_parallel   # SP needs tp > 1
         for ep, etp, mbs, vpp, sp, opt in product(eps, space.etp, space.micro_batch_size, vpps, sps,
                                                   space.optimizer):
@@ -151,7 +177,8 @@ def enumerate_plans(model, world_size: int, global_batch_size: int, seq_length: 
                         world_size=world_size, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp_v, vpp=vpp,
                         sequence_parallel=sp, framework=framework, distributed_optimizer=dist, zero_stage=zero,
                         micro_batch_size=mbs, global_batch_size=global_batch_size, seq_length=seq_length,
-                        dtype=dtype, recompute=rc, recompute_num_layers=n, flash_attention=flash_attention or cp > 1))
+                        dtype=dtype, recompute=rc, recompute_num_layers=n, flash_attention=flash_attention or cp > 1,
+                        num_layers_first_stage=first, num_layers_last_stage=last))
     return plans
 
 
@@ -193,7 +220,14 @@ def evaluate(ctx: _Ctx, plan, timers_cache: dict | None = None) -> Candidate:
             kt = timers_cache["kt"] = KernelTimer(ctx.hw, ctx.db, dtype=plan.dtype)
     else:
         kt = KernelTimer(ctx.hw, ctx.db, dtype=plan.dtype)
-    est = estimate_step(ctx.model, plan, ctx.hw, timers=(kt, CommTimer(ctx.hw, plan, ctx.topology)))
+    backend = shared = None
+    if ctx.topology is not None and timers_cache is not None:
+        if "backend" not in timers_cache:
+            timers_cache["backend"] = make_analytical_backend(ctx.topology)
+            timers_cache["comm"] = {}
+        backend, shared = timers_cache["backend"], timers_cache["comm"]
+    ct = CommTimer(ctx.hw, plan, ctx.topology, backend=backend, shared_cache=shared)
+    est = estimate_step(ctx.model, plan, ctx.hw, timers=(kt, ct))
     u = utilisation(count_flops(ctx.model, plan), est.iteration_time_s, plan.world_size, ctx.hw.peak_flops)
     c.iteration_time_s = est.iteration_time_s
     c.mfu_6nd_with_attn, c.hfu, c.tokens_per_s_per_gpu = u["mfu_6nd_with_attn"], u["hfu"], u["tokens_per_s_per_gpu"]
@@ -269,7 +303,7 @@ def search(model, world_size: int, global_batch_size: int, *, gpu: str = "H100",
     if db is None:
         result.notes.append("compute_db.open_db not importable: kernel times from the roofline fallback")
     if confirm and ranked and top_k > 0:
-        _confirm(result, model, topology, gpu, top_k)
+        _confirm(result, model, topology, gpu, top_k, progress)
     result.elapsed_s = time.perf_counter() - t0
     return result
 
@@ -285,7 +319,7 @@ def _open_db():
         return None
 
 
-def _confirm(result: SearchResult, model, topology, gpu: str, top_k: int) -> None:
+def _confirm(result: SearchResult, model, topology, gpu: str, top_k: int, progress: bool = False) -> None:
     """Re-time the top-K plans with the flow backend of the event-driven simulator."""
     try:
         from sim import simulate
@@ -296,14 +330,28 @@ def _confirm(result: SearchResult, model, topology, gpu: str, top_k: int) -> Non
     if topology is None:
         result.notes.append("top plans not confirmed: no topology given (use --topology)")
         return
-    for c in result.ranked[:top_k]:
+    comm = _mpi_comm()
+    rank, size = (comm.Get_rank(), comm.Get_size()) if comm is not None else (0, 1)
+    top = result.ranked[:top_k]
+    mine: dict[int, tuple[float, str]] = {}
+    for i, c in enumerate(top):
+        if i % size != rank:
+            continue   # under mpiexec the top-K plans are split over the ranks
+        if progress:
+            print(f"confirming {i + 1}/{len(top)} with the flow backend: {plan_label(c.plan)}",
+                  file=sys.stderr, flush=True)
         try:
             rep = simulate(generate(model, c.plan), topology, gpu=gpu, network="flow")
-            c.flow_iteration_time_s = float(rep.iteration_time_s)
+            mine[i] = (float(rep.iteration_time_s), "")
         except Exception as exc:  # noqa: BLE001 - recorded, the screening result stands
-            result.notes.append(f"flow confirmation failed for {plan_label(c.plan)}: {exc}")
+            mine[i] = (math.nan, f"flow confirmation failed for {plan_label(c.plan)}: {exc}")
+    parts = comm.allgather(mine) if comm is not None else [mine]
+    for part in parts:
+        for i, (t, note) in sorted(part.items()):
+            top[i].flow_iteration_time_s = t
+            if note:
+                result.notes.append(note)
     result.confirm_method = "sim.simulate(network='flow')"
-    top = result.ranked[:top_k]
     if all(not math.isnan(c.flow_iteration_time_s) for c in top):
         top.sort(key=lambda c: c.flow_iteration_time_s)
         result.ranked[:top_k] = top
@@ -335,11 +383,13 @@ def plan_label(p) -> str:
     opt = "distopt" if p.distributed_optimizer else (f"zero{p.zero_stage}" if p.zero_stage else "noshard")
     rc = p.recompute + (f"{p.recompute_num_layers}" if p.recompute == "full" and p.recompute_num_layers else "")
     moe = f"-ep{p.ep}-etp{p.expert_tp}" if p.etp is not None else ""
-    return (f"tp{p.tp}{'+sp' if p.sequence_parallel else ''}-pp{p.pp}-vpp{p.vpp}-cp{p.cp}{moe}"
+    pp = f"pp{p.pp}" + (f"[{p.num_layers_first_stage},..,{p.num_layers_last_stage}]"
+                        if p.num_layers_first_stage is not None else "")
+    return (f"tp{p.tp}{'+sp' if p.sequence_parallel else ''}-{pp}-vpp{p.vpp}-cp{p.cp}{moe}"
             f"-dp{p.dp}-mbs{p.micro_batch_size}-{rc}-{opt}")
 
 
-CSV_FIELDS = ("rank", "plan", "tp", "sequence_parallel", "pp", "vpp", "cp", "ep", "etp", "dp", "micro_batch_size",
+CSV_FIELDS = ("rank", "plan", "tp", "sequence_parallel", "pp", "num_layers_first_stage", "num_layers_last_stage", "vpp", "cp", "ep", "etp", "dp", "micro_batch_size",
               "num_microbatches", "recompute", "recompute_num_layers", "framework", "distributed_optimizer",
               "zero_stage", "iteration_time_s", "flow_iteration_time_s", "mfu_6nd_with_attn", "hfu",
               "tokens_per_s_per_gpu", "bubble_s", "exposed_tp_s", "exposed_cp_s", "exposed_ep_s",
@@ -350,7 +400,8 @@ def _row(i: int, c: Candidate) -> dict:
     p = c.plan
     e = c.exposed_comm_s
     return {"rank": i, "plan": plan_label(p), "tp": p.tp, "sequence_parallel": p.sequence_parallel, "pp": p.pp,
-            "vpp": p.vpp, "cp": p.cp, "ep": p.ep, "etp": p.expert_tp, "dp": p.dp,
+            "num_layers_first_stage": p.num_layers_first_stage or "", "num_layers_last_stage": p.num_layers_last_stage or "",
+            "vpp": p.vpp, "cp": p.cp, "ep": p.ep, "etp": "" if p.etp is None else p.etp, "dp": p.dp,
             "micro_batch_size": p.micro_batch_size, "num_microbatches": p.num_microbatches,
             "recompute": p.recompute, "recompute_num_layers": p.recompute_num_layers or "",
             "framework": p.framework, "distributed_optimizer": p.distributed_optimizer,

@@ -150,17 +150,11 @@ def group_ranks(plan, kind: str) -> tuple[int, ...]:
 class CommTimer:
     """Seconds for a collective of one group kind: netsim analytical backend or alpha-beta fallback."""
 
-    def __init__(self, hw: HardwareSpec, plan, topology=None):
+    def __init__(self, hw: HardwareSpec, plan, topology=None, *, backend=None, shared_cache: dict | None = None):
+        """`backend`/`shared_cache` let many plans on one topology share one netsim backend and its estimates."""
         self.hw, self.plan, self.topology = hw, plan, topology
-        self._backend = None
-        self._req = None
-        if topology is not None:
-            try:
-                from netsim import CollectiveRequest, make_backend
-                self._backend = make_backend("analytical", topology)
-                self._req = CollectiveRequest
-            except (ImportError, AttributeError):
-                self._backend = None
+        self._backend = backend if backend is not None else (make_analytical_backend(topology) if topology else None)
+        self._shared = shared_cache if shared_cache is not None else {}
         self._cache: dict[tuple, float] = {}
 
     def time(self, collective: str, kind: str, size_bytes: float) -> float:
@@ -180,9 +174,16 @@ class CommTimer:
         if collective == "send" and len(ranks) < 2:
             ranks = (0, self.plan.tp * self.plan.cp * self.plan.dp)
         if self._backend is not None:
+            gpus = tuple(ranks[:2] if collective == "send" else ranks)
+            key = (collective, gpus, int(size))
+            t = self._shared.get(key)
+            if t is not None:
+                return t
             try:
-                gpus = ranks[:2] if collective == "send" else ranks
-                return float(self._backend.estimate(self._req(collective, tuple(gpus), int(size))))
+                from netsim import CollectiveRequest
+                t = float(self._backend.estimate(CollectiveRequest(collective, gpus, int(size))))
+                self._shared[key] = t
+                return t
             except Exception:  # noqa: BLE001 - fall back to alpha-beta on any backend refusal
                 pass
         hw = self.hw
@@ -199,6 +200,15 @@ class CommTimer:
         else:
             factor = 1.0
         return alpha + size * factor / max(1.0, bw)
+
+
+def make_analytical_backend(topology):
+    """netsim's analytical (alpha-beta, topology-aware) backend, or None when netsim lacks it."""
+    try:
+        from netsim import make_backend
+        return make_backend("analytical", topology)
+    except (ImportError, AttributeError):
+        return None
 
 
 # ------------------------------------------------------------------------------------------------

@@ -13,28 +13,28 @@ from workload_gen.plan import ParallelPlan
 from workload_gen.zoo import get_model
 
 
-def gpt(l, h, a, V=51200, s=2048) -> ModelSpec:
-    return ModelSpec(name="gpt", num_layers=l, hidden_size=h, num_attention_heads=a, ffn_hidden_size=4 * h,
+def gpt(layers, h, a, V=51200, s=2048) -> ModelSpec:
+    return ModelSpec(name="gpt", num_layers=layers, hidden_size=h, num_attention_heads=a, ffn_hidden_size=4 * h,
                      vocab_size=V, seq_length=s)
 
 
-@pytest.mark.parametrize("l,h,a,s", [(96, 12288, 96, 2048), (36, 4096, 32, 2048), (48, 6144, 64, 4096)])
-def test_gpt_model_flops_equal_megatron_formula(l, h, a, s):
+@pytest.mark.parametrize("L,h,a,s", [(96, 12288, 96, 2048), (36, 4096, 32, 2048), (48, 6144, 64, 4096)])
+def test_gpt_model_flops_equal_megatron_formula(L, h, a, s):
     V, B = 51200, 512
-    m = gpt(l, h, a, V, s)
+    m = gpt(L, h, a, V, s)
     plan = ParallelPlan(world_size=8, tp=8, global_batch_size=B, seq_length=s)
-    expected = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
+    expected = 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
     assert count_flops(m, plan).model_flops == pytest.approx(expected, rel=1e-12)
     # full recompute of every layer = Megatron's 4-pass hardware count
     full = dataclasses.replace(plan, recompute="full")
-    expected_hw = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+    expected_hw = 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
     assert count_flops(m, full).hardware_flops == pytest.approx(expected_hw, rel=1e-12)
 
 
 def test_llama_model_flops_per_sequence_formula():
     m = get_model("llama3-70b")
-    s, l, h, A, G, F, V = 8192, 80, 8192, 64, 8, 28672, 128256
-    expected = s * (12 * l * h * h * (1 + G / A + s / h) + 18 * l * F * h + 6 * V * h)
+    s, L, h, A, G, F, V = 8192, 80, 8192, 64, 8, 28672, 128256
+    expected = s * (12 * L * h * h * (1 + G / A + s / h) + 18 * L * F * h + 6 * V * h)
     assert model_flops_per_token(m, s) * s == pytest.approx(expected, rel=1e-12)
 
 
@@ -88,3 +88,20 @@ def test_group_ranks_follow_megatron_order():
     assert group_ranks(p, "cp") == (0, 2)
     assert group_ranks(p, "dp") == tuple(range(0, 32, 4))
     assert group_ranks(p, "pp") == (0, 32)
+
+
+@pytest.mark.parametrize("case", ["gpt7.5b_128xA100", "llama3.1-8b_8xH100"])
+def test_screen_estimate_within_15pct_of_calibration_cases(case):
+    """reference/calibration.md end-to-end cases (gross-error check, nothing fitted to them)."""
+    from sim.analysis.search import _open_db
+    from sim.analysis.steptime import hardware_from_gpu
+    db = _open_db()
+    if case.startswith("gpt"):
+        m, hw, measured = get_model("gpt-7.5b"), hardware_from_gpu("A100-80GB", "fp16"), 3.7
+        plan = ParallelPlan(world_size=128, tp=4, micro_batch_size=2, global_batch_size=512, seq_length=2048,
+                            recompute="full", dtype="fp16", flash_attention=False)   # mbs 2 assumed
+    else:
+        m, hw, measured = get_model("llama3-8b"), hardware_from_gpu("H100"), 12.91
+        plan = ParallelPlan(world_size=8, cp=2, micro_batch_size=1, global_batch_size=128, seq_length=8192)
+    t = estimate_step(m, plan, hw, db=db).iteration_time_s
+    assert abs(t / measured - 1) < 0.15, (case, t, measured)

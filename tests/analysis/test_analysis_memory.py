@@ -189,17 +189,21 @@ def test_mem_factor_overrides_reserved_ratio():
     assert s.reserved_bytes == int(s.peak_allocated_bytes * 1.25)
 
 
-def test_workload_saved_bytes_match_formula_when_generator_present():
+@pytest.mark.parametrize("s,b,h,a,t", SHAPES)
+def test_workload_saved_bytes_match_formula_when_generator_present(s, b, h, a, t):
+    """The generator's ComputeOp.saved_bytes (helper A2) summed per layer equal the paper's formulas."""
     wg = pytest.importorskip("workload_gen")
     if not hasattr(wg, "generate"):
         pytest.skip("workload_gen.generate not available yet")
     from sim.analysis.memory import activations_from_workload
-    s, b, h, a, t = 2048, 1, 4096, 32, 4
     model = gpt_layer_model(h, a, s)
-    for sp, rc, expected in ((False, "none", s * b * h * 10 + 24 * s * b * h // t + 5 * a * s * s * b // t),
-                             (True, "none", 34 * s * b * h // t + 5 * a * s * s * b // t),
-                             (True, "selective", 34 * s * b * h // t)):
+    cases = [(False, "none", s * b * h * 10 + 24 * s * b * h // t + 5 * a * s * s * b // t),
+             (False, "selective", s * b * h * 10 + 24 * s * b * h // t),
+             (False, "full", 2 * s * b * h)]
+    if t > 1:
+        cases += [(True, "none", 34 * s * b * h // t + 5 * a * s * s * b // t),
+                  (True, "selective", 34 * s * b * h // t)]
+    for sp, rc, expected in cases:
         plan = plan_for(s, b, t, sp=sp, recompute=rc)
-        acts = activations_from_workload(wg.generate(model, plan))
-        per_layer = acts[(0, 0)]
+        per_layer = activations_from_workload(wg.generate(model, plan))[(0, 0)]
         assert per_layer[1] == expected, (sp, rc, per_layer[1], expected)

@@ -77,6 +77,7 @@ CASES = [
     (16, "all_reduce", "ring"), (16, "all_reduce", "hierarchical"), (16, "all_to_all", "direct"),
     (32, "all_reduce", "ring"), (32, "all_gather", "ring"), (32, "all_reduce", "tree"),
     (12, "all_reduce", "ring"), (24, "reduce_scatter", "ring"), (2, "send", "p2p"),
+    (32, "all_gather", "hierarchical"), (16, "reduce_scatter", "hierarchical"), (8, "all_reduce", "rhd"),
 ]
 
 
@@ -188,3 +189,48 @@ def test_unknown_backend(h100_8):
         netsim.make_backend("packet", h100_8)
     with pytest.raises(NetsimError, match="unknown option"):
         netsim.make_backend("flow", h100_8, colour="red")
+
+
+def test_two_servers_tree_beats_nic_bound_ring():
+    """hardware.md: on exactly 2 nodes NCCL picks tree and busbw can exceed the NIC limit."""
+    t = topo.build("spectrum-x", gpus=16, nvlink_bandwidth_Bps=450e9)
+    net = netsim.make_backend("flow", t)
+    g = tuple(range(16))
+    ring = net.estimate(Req("all_reduce", g, GiB, "ring"))
+    tree = net.estimate(Req("all_reduce", g, GiB, "tree"))
+    assert tree < ring
+    assert busbw("all_reduce", 16, GiB, tree) > 8 * 47e9     # above 8 NICs x 47 GB/s
+    net.submit(Req("all_reduce", g, GiB), 0.0, lambda t: None)
+    net.run_until_idle()
+    assert net.records[-1].algorithm == "tree"
+
+
+def test_pxn_routes_through_nvlink_peer():
+    t = topo.build("spectrum-x", gpus=16)
+    plain = netsim.make_backend("flow", t)
+    pxn = netsim.make_backend("flow", t, pxn=True)
+    req = Req("all_to_all", tuple(range(16)), 64 * MiB, "pxn")
+    # PXN: GPU 0 -> GPU 9 (other rail) first crosses NVLink to the rail-1 GPU of its own server
+    chans = pxn.planner.view.path(0, 9, 0, pxn=True)
+    kinds = [pxn.planner.view.channel_kind(c) for c in chans]
+    assert kinds[0] == "nvlink" and "network" in kinds
+    assert pxn.estimate(req) > 0
+    with pytest.raises(NetsimError, match="does not apply"):
+        plain.estimate(Req("all_reduce", tuple(range(16)), 1, "pxn"))
+
+
+def test_statistics(h100_8):
+    net = netsim.make_backend("flow", h100_8, record_link_timeline=True, record_flows=True)
+    net.submit(Req("all_reduce", tuple(range(8)), 256 * MiB, "ring", tag="x"), 0.0, lambda t: None)
+    net.run_until_idle()
+    rec = net.records[0]
+    assert rec.tag == "x" and rec.time_s > 0
+    times, util = net.link_utilization_timeline()
+    assert times[0] >= 0 and util.max() <= 1 + 1e-9
+    # during the ring every GPU's NVLink port is saturated (the ring's bottleneck)
+    busy = util[:-1].max(axis=0)
+    assert (busy > 0.99).sum() >= 8
+    fct = net.flow_completion_times()
+    assert len(fct) == 1 and fct[0][2] == pytest.approx(rec.end_s)
+    mean = net.link_utilization()
+    assert 0 < mean.max() <= 1 + 1e-9

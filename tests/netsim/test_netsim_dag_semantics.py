@@ -168,9 +168,10 @@ def test_all_to_all(alg, n):
     check(build_dag("all_to_all", alg, servers_of(n, 8), 8.0 * n), 8.0 * n)
 
 
-@pytest.mark.parametrize("m,k", [(2, 2), (2, 8), (3, 4), (4, 8), (5, 3), (8, 8)])
-def test_hierarchical(m, k):
-    dag = build_dag("all_reduce", "hierarchical", servers_of(m * k, k), 1.0 * m * k)
+@pytest.mark.parametrize("m,k", [(2, 2), (2, 8), (3, 4), (4, 8), (5, 3), (8, 8), (1, 4), (4, 1)])
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter"])
+def test_hierarchical(op, m, k):
+    dag = build_dag(op, "hierarchical", servers_of(m * k, k), 1.0 * m * k)
     check(dag, 1.0 * m * k)
 
 

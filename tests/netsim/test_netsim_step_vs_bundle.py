@@ -22,6 +22,8 @@ def planner():
 @pytest.mark.parametrize("op,alg,n,pieces,rel", [
     ("all_reduce", "ring", 8, 8, 0.05),
     ("all_reduce", "hierarchical", 16, 1, 0.05),
+    ("all_gather", "hierarchical", 16, 1, 0.05),
+    ("reduce_scatter", "hierarchical", 16, 1, 0.05),
     ("all_reduce", "rhd", 8, 1, 0.05),
     ("all_reduce", "rhd", 12, 1, 0.05),
     ("all_to_all", "direct", 16, 1, 0.05),

@@ -141,3 +141,30 @@ def test_network_bandwidth_per_gpu():
     assert build("spectrum-x", gpus=16, nics=True, gpus_per_nic=2).network_bandwidth_of(3) == 25e9
     assert build("alibaba-hpn", gpus=128).network_bandwidth_of(3) == 50e9
     assert build("pcie", gpus=16).network_bandwidth_of(3) == pytest.approx(2 * 25e9 / 4)
+
+
+def test_ecmp_paths_enumerates_equal_cost_set():
+    t = build("spectrum-x", gpus=128)
+    r = Router(t)
+    paths = r.ecmp_paths(0, 9, limit=1000)
+    assert len(paths) == 64 and len(set(paths)) == 64  # one per PSW
+    assert all(len(p) == 4 for p in paths)
+    assert r.path(0, 9, 5) in paths
+    chips = build("nvl72", gpus=72)
+    assert len(Router(chips).ecmp_paths(0, 5)) == 18
+    hpn = Router(build("alibaba-hpn", gpus=128))
+    assert len(hpn.ecmp_paths(0, 8)) == 2  # same rail, two ToRs
+
+
+def test_pxn_only_where_it_avoids_the_spine():
+    t = build("dcn+", gpus=128)  # a server's GPUs share one ToR: PXN gains nothing
+    r = Router(t, pxn=True)
+    assert all(t.links[x].kind == "network" for x in r.path(0, 64 + 9))
+
+
+def test_nic_bandwidth_per_gpu_sets_port_rate():
+    t = build("spectrum-x", gpus=16, nics=True, gpus_per_nic=2, nic_bandwidth_per_gpu_Bps="400Gbps")
+    assert t.network_bandwidth_of(0) == 50e9 and t.name == "Spectrum-X_16g_8gps_800Gbps_H100"
+    hpn = build("alibaba-hpn", gpus=128, nic_bandwidth_per_gpu_Bps="800Gbps")  # 2 x 400G ports
+    assert hpn.network_bandwidth_of(0) == 100e9
+    assert {lk.bandwidth_Bps for lk in hpn.links if lk.src == 0 and lk.kind == "network"} == {50e9}

@@ -100,3 +100,16 @@ def test_malformed_lines_name_file_and_line(tmp_path, body, where, what):
         read_simai_topology(f)
     msg = str(exc.value)
     assert f"bad.txt{where}" in msg and what in msg and "\n" not in msg
+
+
+def test_nvswitch_listed_anywhere(tmp_path):
+    # NVSwitch 5 listed first although switch 4 has the lower id
+    f = tmp_path / "odd.txt"
+    f.write_text("6 2 1 1 5 A100\n5 4\n0 5 2400Gbps 0.000025ms 0\n1 5 2400Gbps 0.000025ms 0\n"
+                 "0 4 200Gbps 0.0005ms 0\n1 4 200Gbps 0.0005ms 0\n2 4 200Gbps 0.0005ms 0\n")
+    t = read_simai_topology(f)
+    assert t.nodes[5].kind == "nvswitch" and t.nodes[4].tier == "asw"
+    out = tmp_path / "o.txt"
+    write_simai_topology(t, out)
+    assert out.read_text().splitlines()[1] == "5 4 "
+    assert read_simai_topology(out) == t

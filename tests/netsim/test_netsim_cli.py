@@ -1,0 +1,94 @@
+"""`clustersim collective` and the MICRO reader."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("topo")
+
+from netsim.cli import parse_size  # noqa: E402
+from netsim.errors import NetsimError  # noqa: E402
+from netsim.micro import read_micro  # noqa: E402
+from sim.cli import main  # noqa: E402
+
+MICRO = """MICRO
+3
+all_reduce_1M -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 1048576 100
+all_gather_2M -1 1 NONE 0 1 NONE 0 1 ALLGATHER 2097152 100
+mixed -1 1 ALLTOALL_EP 4096 1 NONE 0 1 REDUCESCATTER_DP_EP 8192 100
+"""
+
+
+def test_parse_size():
+    assert parse_size("8", "-b") == 8
+    assert parse_size("64K", "-b") == 65536
+    assert parse_size("128M", "-b") == 128 << 20
+    assert parse_size("1G", "-b") == 1 << 30
+    with pytest.raises(NetsimError, match="-b"):
+        parse_size("lots", "-b")
+
+
+def test_read_micro(tmp_path):
+    p = tmp_path / "micro.txt"
+    p.write_text(MICRO.replace(" ", "\t", 5))
+    ops = read_micro(str(p))
+    assert [(o.op, o.size_bytes) for o in ops] == [
+        ("all_reduce", 1 << 20), ("all_gather", 2 << 20), ("all_to_all", 4096), ("reduce_scatter", 8192)]
+    assert ops[2].line == 5
+
+
+@pytest.mark.parametrize("text,msg", [
+    ("HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 8\n0\n", ":1: parallelism policy"),
+    ("MICRO\n2\nx -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8 100\n", ":2: header says 2"),
+    ("MICRO\n1\nx -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8\n", ":3: expected 12 fields"),
+    ("MICRO\n1\nx -1 1 NONE 0 1 NONE 0 1 GOSSIP 8 100\n", ":3: unknown comm type 'GOSSIP'"),
+    ("MICRO\n1\nx -1 1 NONE 0 1 NONE 0 1 ALLREDUCE eight 100\n", ":3: field 11"),
+])
+def test_read_micro_errors(tmp_path, text, msg):
+    p = tmp_path / "bad.txt"
+    p.write_text(text)
+    with pytest.raises(NetsimError, match=msg):
+        read_micro(str(p))
+
+
+def test_collective_table_and_png(tmp_path, capsys):
+    png = tmp_path / "busbw.png"
+    rc = main(["collective", "--op", "allreduce", "-t", "spectrum-x", "-g", "8", "-nvbw", "3600Gbps",
+               "-b", "1M", "-e", "1G", "-f", "1024", "-a", "ring", "--png", str(png), "--check"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    rows = [ln.split() for ln in out.splitlines() if ln.startswith("all_reduce")]
+    assert [int(r[1]) for r in rows] == [1 << 20, 1 << 30]
+    flow_bus, ana_bus = float(rows[1][5]), float(rows[1][8])
+    assert 330 < flow_bus < 390 and abs(ana_bus / flow_bus - 1) < 0.1
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_collective_groups(capsys):
+    assert main(["collective", "--op", "all_gather", "-g", "32", "--ranks", "8", "--servers", "4",
+                 "-b", "1M", "-e", "1M", "--backend", "analytical"]) == 0
+    out = capsys.readouterr().out
+    assert "group of 8 GPUs over 4 servers" in out
+    assert main(["collective", "-g", "32", "--rail", "3", "-b", "1M", "-e", "1M"]) == 0
+    assert "group of 4 GPUs over 4 servers" in capsys.readouterr().out
+
+
+def test_collective_micro(tmp_path, capsys):
+    p = tmp_path / "micro.txt"
+    p.write_text(MICRO)
+    assert main(["collective", "--micro", str(p), "-g", "16"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("all_reduce_1M") == 1 and out.count("mixed") == 2
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["collective", "--op", "gossip"], "--op: unknown collective"),
+    (["collective", "-g", "16", "-a", "nvls", "-e", "1M"], "one NVLink domain"),
+    (["collective", "-g", "16", "--ranks", "17"], "--ranks 17"),
+    (["collective", "-g", "16", "--servers", "2"], "--servers needs --ranks"),
+    (["collective", "-b", "2G", "-e", "1G"], "minbytes <= maxbytes"),
+])
+def test_collective_errors(argv, msg, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert msg in err and err.count("\n") == 1
