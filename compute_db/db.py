@@ -25,7 +25,7 @@ from compute_db import gpus as gpu_table
 from compute_db import roofline, store
 from compute_db.errors import ComputeDBError
 from compute_db.interpolate import ClassIndex
-from compute_db.keys import COMPUTE_BOUND_FAMILIES, FAMILY, KernelKey, gemm_equivalent, key_of
+from compute_db.keys import COMPUTE_BOUND_FAMILIES, KernelKey, gemm_equivalent, key_of
 
 SHIPPED_DB = Path(__file__).resolve().parent / "data" / "kernels.sqlite"
 SOURCES = ("measured", "interpolated", "modeled", "given")
@@ -77,14 +77,24 @@ class ComputeDB:
             self._rows_by_gpu = defaultdict(list)
             for r in rows:
                 if exclude_source is None or not exclude_source(r.source):
-                    self._rows_by_gpu[r.gpu].append(r)
+                    self._rows_by_gpu[self._canonical_or_raw(r.gpu)].append(r)
         elif self.path is not None:
             store.connect_ro(self.path).close()   # clear error now for a missing/foreign/corrupt file
-            self._db_gpus = store.gpus_in(self.path)
+            # rows filed under an alias ("h100-sxm") count for the canonical GPU ("H100")
+            self._raw_names: dict[str, list[str]] = defaultdict(list)
+            for raw in store.gpus_in(self.path):
+                self._raw_names[self._canonical_or_raw(raw)].append(raw)
+            self._db_gpus = sorted(self._raw_names)
         self._loaded: dict[str, dict] = {}
         self._fits: dict[tuple, roofline.FamilyFit | None] = {}
         self._cache: dict[tuple, KernelTime] = {}
         self._op_cache: dict = {}
+
+    def _canonical_or_raw(self, name: str) -> str:
+        try:
+            return gpu_table.canonical_name(name, self.extra_gpus)
+        except ComputeDBError:
+            return name   # e.g. "CPU" rows of a runner test: kept under their own name
 
     # ------------------------------------------------------------------ data access
     def add_gpus(self, specs: Mapping[str, gpu_table.GPUSpec]) -> None:
@@ -107,7 +117,7 @@ class ComputeDB:
             return self._rows_by_gpu.get(gpu, [])
         if gpu not in self._db_gpus:
             return []
-        rows = store.read_rows(self.path, gpu)
+        rows = [r for raw in self._raw_names[gpu] for r in store.read_rows(self.path, raw)]
         if self._exclude is not None:
             rows = [r for r in rows if not self._exclude(r.source)]
         return rows
@@ -129,9 +139,9 @@ class ComputeDB:
             cls, dims = class_of(k)
             class_pts[cls][dims].append(t)
             fit_pts[fit_class(k)].append((k, t))
-        lines = {cls: ClassIndex({d: _median(ts) for d, ts in pts.items()})
-                 for cls, pts in class_pts.items()}
-        data = {"exact": exact, "lines": lines, "fit_pts": fit_pts}
+        classes = {cls: ClassIndex({d: _median(ts) for d, ts in pts.items()})
+                   for cls, pts in class_pts.items()}
+        data = {"exact": exact, "classes": classes, "fit_pts": fit_pts}
         self._loaded[gpu] = data
         return data
 
@@ -231,7 +241,7 @@ class ComputeDB:
                 result = KernelTime(exact[0], "measured", exact[1])
             else:
                 cls, dims = class_of(key)
-                index = data["lines"].get(cls)
+                index = data["classes"].get(cls)
                 if index is not None:
                     t, source, lo, hi = index.predict(
                         dims, lambda d: self.model_time(_with_dims(key, cls, d), name)[0])
@@ -304,5 +314,3 @@ def open_db(path: str | Path | None = None, gpu_file: str | Path | None = None) 
         return ComputeDB(rows=[], extra_gpus=extra)
     return ComputeDB(path, extra_gpus=extra)
 
-
-FAMILIES = sorted(set(FAMILY.values()))

@@ -304,6 +304,12 @@ def measure_keys(keys: Iterable[KernelKey], *, device: str = "auto", warmup: int
         raise ComputeDBError("--device cuda: no CUDA device visible to torch")
     if device != "cpu" and not device.startswith("cuda"):
         raise ComputeDBError(f"--device must be auto, cpu or cuda[:N], got '{device}'")
+    if gpu_name:
+        from compute_db.gpus import canonical_name
+        try:
+            gpu_name = canonical_name(gpu_name)   # file rows under the table name when the GPU is known
+        except ComputeDBError:
+            pass
     info = device_info(torch, device, gpu_name)
     if max_bytes is None:
         if device.startswith("cuda"):

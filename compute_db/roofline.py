@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compute_db.keys import KernelKey, work, work_of
+from compute_db.keys import COMPUTE_BOUND_FAMILIES, KernelKey, work, work_of
 
 # Unfitted starting points / fallbacks (dimensionless efficiencies, element counts, seconds). Used only
 # for a family with no kernel data on the GPU nor on any similar GPU.
@@ -52,7 +52,6 @@ SATURATION_FIELDS: dict[str, tuple[str, ...] | None] = {
     "cross_entropy": ("tokens", "vocab"), "router": ("tokens", "experts"), "permute": ("tokens", "hidden"),
     "optimizer": ("params",),
 }
-COMPUTE_FAMILIES = ("gemm", "flash_attn")
 
 
 @dataclass(frozen=True)
@@ -109,6 +108,14 @@ def _exp(v: float) -> float:
     return math.exp(min(max(float(v), -60.0), 60.0))
 
 
+def _logistic(v: float) -> float:
+    return 1.0 / (1.0 + _exp(-v))
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1.0 - p))
+
+
 class _FitData:
     """Measured kernels of one family grouped by (kind, variant, dtype, causal) as field arrays."""
 
@@ -130,7 +137,7 @@ class _FitData:
 
     def predict(self, theta: np.ndarray, n_dims: int, compute: bool) -> np.ndarray:
         # theta: [log t0, log em, (log e, log(p - 1) when compute), log x0 per saturating field]
-        t0, em = _exp(theta[0]), _exp(theta[1])
+        t0, em = _exp(theta[0]), _logistic(theta[1])
         off = 4 if compute else 2
         x0 = [_exp(v) for v in theta[off:off + n_dims]]
         out = np.empty(self.n)
@@ -142,7 +149,7 @@ class _FitData:
             if not compute:
                 out[idx] = t0 + np.asarray(pbytes, dtype=float) / (self._bw * em)
                 continue
-            e, p = _exp(theta[2]), 1.0 + _exp(theta[3])
+            e, p = _logistic(theta[2]), 1.0 + _exp(theta[3])
             tm = byts / (self._bw * em)
             tc = np.asarray(pflops, dtype=float) / (self.peaks[idx] * e)
             hi = np.maximum(tc, tm)
@@ -182,14 +189,14 @@ def _levenberg_marquardt(residual, theta: np.ndarray, iters: int = 200) -> np.nd
 def fit_family(family: str, keys: list[KernelKey], times_s: np.ndarray, peaks: np.ndarray, hbm_Bps: float,
                basis: str, prior: dict) -> FamilyFit:
     """Fit one family's parameters to measured kernels (times in s; peaks: the FLOP/s of each key's dtype)."""
-    compute = family in COMPUTE_FAMILIES
+    compute = family in COMPUTE_BOUND_FAMILIES
     n_dims = len(saturation_fields(keys[0]))
     data = _FitData(keys, np.asarray(peaks, dtype=float), hbm_Bps)
     y = np.log(np.asarray(times_s, dtype=float))
     x0_prior = prior["x0"] if prior.get("x0") else (1.0,) * n_dims
-    theta0 = [math.log(prior["t0"]), math.log(prior["em"])]
+    theta0 = [math.log(prior["t0"]), _logit(prior["em"])]
     if compute:
-        theta0 += [math.log(prior["e"]), math.log(max(prior["p"] - 1.0, 1e-3))]
+        theta0 += [_logit(prior["e"]), math.log(max(prior["p"] - 1.0, 1e-3))]
     theta0 += [math.log(x) for x in x0_prior]
     theta0 = np.asarray(theta0, dtype=float)
 
@@ -201,8 +208,8 @@ def fit_family(family: str, keys: list[KernelKey], times_s: np.ndarray, peaks: n
     theta = _levenberg_marquardt(residual, theta0)
     off = 4 if compute else 2
     t0 = _exp(theta[0])
-    em = min(_exp(theta[1]), 1.0)     # efficiencies <= 1 (physical range)
-    e = min(_exp(theta[2]), 1.0) if compute else 0.0
+    em = _logistic(theta[1])          # efficiencies are fitted inside (0, 1) (physical range)
+    e = _logistic(theta[2]) if compute else 0.0
     p = min(1.0 + _exp(theta[3]), 64.0) if compute else 1.0
     x0 = tuple(_exp(v) for v in theta[off:off + n_dims])
     return FamilyFit(family, e, x0, t0, em, p, basis, len(keys))

@@ -97,7 +97,7 @@ def _check_meta(conn: sqlite3.Connection, path: Path) -> None:
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.DatabaseError as exc:
-        raise ComputeDBError(f"{path}: not a clustersim compute DB (SQLite error: {exc})") from None
+        raise ComputeDBError(f"{path}: corrupt or not a clustersim compute DB (SQLite error: {exc})") from None
     if "meta" not in tables or "kernels" not in tables:
         raise ComputeDBError(f"{path}: not a clustersim compute DB (SQLite file without the meta/kernels tables)")
     meta = dict(conn.execute("SELECT name, value FROM meta"))

@@ -64,6 +64,8 @@ class FlowEngine:
         self._act_rem = _EMPTY_F
         self._act_rate = _EMPTY_F
         self._link_load = np.zeros(len(self.capacity_Bps))
+        self._fin = _EMPTY_F
+        self._fin_min = math.inf
         self._dirty = False
         self._n_done = 0
         self.link_bytes = np.zeros(len(self.capacity_Bps))   # bytes carried per link (weighted)
@@ -108,6 +110,8 @@ class FlowEngine:
         ids = self._act_ids
         if len(ids) == 0:
             self._act_rate = _EMPTY_F
+            self._fin = _EMPTY_F
+            self._fin_min = math.inf
             self._link_load[:] = 0.0
             if self.record_link_timeline:
                 self.link_timeline.append((self.now_s, self._link_load.copy()))
@@ -124,6 +128,9 @@ class FlowEngine:
         rates = maxmin_rates(self.capacity_Bps, ptr, fl, fw, caps if has_cap else None,
                              use_numba=self.use_numba)
         self._act_rate = rates
+        # finish times stay valid until the next recomputation (rates are constant in between)
+        self._fin = self._finish_times()
+        self._fin_min = float(self._fin.min())
         per_entry = np.repeat(np.where(np.isfinite(rates), rates, 0.0), lens) * fw
         self._link_load = np.bincount(fl, weights=per_entry, minlength=len(self.capacity_Bps))
         if self.check_invariants:
@@ -148,9 +155,7 @@ class FlowEngine:
         if self._dirty:
             self._recompute()
         t = self._pending[0][0] if self._pending else math.inf
-        if len(self._act_ids):
-            t = min(t, float(self._finish_times().min()))
-        return t
+        return min(t, self._fin_min)
 
     # ---------------------------------------------------------------- time
     def _progress(self, t_s: float) -> None:
@@ -188,7 +193,7 @@ class FlowEngine:
         done: list[int] = []
         keep_mask = None
         if len(self._act_ids):
-            fin = self._finish_times()
+            fin = self._fin
             # flows due within a relative 1e-9 of now finish together (one rate recomputation for
             # symmetric flows whose float finish times differ in the last bits)
             tol = t + max(abs(t), 1e-6) * 1e-9

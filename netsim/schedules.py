@@ -7,8 +7,8 @@ limit of NCCL's pipelined ring (chunks of S / (channels x n) per step). Its late
 steps x (per-step alpha + hop propagation). The step-level p2p DAGs (every chunk transfer, used to
 verify semantics) are in netsim.dag; `dag_to_specs` runs them through the same engine.
 
-Group shape: GPUs are grouped by server in order of first appearance; inside a server by GPU id
-(= local index, NCCL's intra-node order).
+Group shape: GPUs are grouped by unit (NVLink domain; the server for PCIe-only machines) in order
+of first appearance; inside a unit by GPU id (= local index, NCCL's intra-node order).
 """
 
 from __future__ import annotations

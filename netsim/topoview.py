@@ -51,6 +51,7 @@ class TopoView:
         self.latency_s = ch_lat
         self.node_kind = {n.id: str(n.kind) for n in topology.nodes}
         self._tier = {n.id: str(n.tier) for n in topology.nodes}
+        self.pxn_default = bool(pxn)   # make_backend(..., pxn=True): every route uses PXN
         self._routers = {False: topo.Router(topology, pxn=False)}
         if pxn:
             self._routers[True] = topo.Router(topology, pxn=True)
@@ -193,6 +194,7 @@ class TopoView:
         chips the traffic is striped over every chip both GPUs reach (NVLink spreads a GPU's traffic
         over all its links); between units a GPU with several network ports (dual ToR, bonded NIC)
         spreads it over one ECMP route per port. Otherwise the single topo.Router route."""
+        pxn = pxn or self.pxn_default
         ck = (src, dst, key, pxn, "w")
         got = self._path_cache.get(ck)
         if got is not None:

@@ -17,15 +17,27 @@ Model (what is simulated):
   towards the next and the previous stage).
 - Cross-stage collectives ("mp", "embedding") start when every participating stage has reached them.
 
-Which groups are submitted to the network (symmetry, documented in docs/sim.md):
-- sampling "full": every group of the kind in the stage (every GPU's flows are present).
-- sampling "auto" (default): a kind whose groups each lie inside one NVLink domain is submitted only
-  for the representative's group. Such groups use only their own GPUs' NVLink/NVSwitch links, so they
-  are pairwise link-disjoint and have identical programs; the representative's group still contends
-  with every other kind's flows crossing its links. Other kinds' flows crossing the links of the
-  omitted groups see those links unloaded; with per-step synchronised collectives the loaded copy (at
-  the representative) sets the step time, so stage timing is unchanged. Groups that leave an NVLink
-  domain (the fabric) are always submitted for every group of the stage.
+Which groups are submitted to the network (exact symmetry; checked by tests/sim/test_sim_symmetry.py,
+which compares against sampling "full" where every group of every kind is submitted):
+- A kind's groups in a stage are congruent translates running identical programs. A subset of them
+  is submitted when the omitted groups' flows share no link with the submitted groups of that kind:
+  (1) every group inside one NVLink domain -> only the representative's group (it uses only its own
+      GPUs' NVLink/NVSwitch links);
+  (2) every group under the same first-hop switches and each GPU its own NIC endpoint (SimAI model)
+      -> only the representative's group (only its members' own access links are used);
+  (3) rail-optimized fabric (every first-hop switch serves one rail) and every group within one
+      rail and one pod (members' first-hop switches share their upper-tier neighbours) -> only the
+      groups of the representative's rail (rails use disjoint ToR and ToR-spine links).
+  Otherwise every group of the stage is submitted. Flows of OTHER kinds crossing the links of an
+  omitted group see those links without that group's load; the submitted copy carries the full load,
+  and a collective completes with its slowest flow, so by symmetry the stage's timing is unchanged.
+- Isolated kinds: when all groups of a kind lie inside NVLink domains and no other kind used in the
+  forward/backward lists (nor a pipeline send) has two members in one domain, that kind's
+  per-micro-batch collectives can never share a link with other traffic; they are timed with
+  backend.estimate (the idle-network time) without events. Same for every collective on a
+  contention-free backend ("analytical"), using the slowest of the stage's groups (one representative
+  when all groups are congruent).
+- PP sends use the same rules on (stage GPU, next-stage GPU) pairs.
 
 Time accounting of each representative rank (sums to the iteration time exactly):
 compute + exposed comm per report group (TP, CP, EP, DP, PP) + bubble. Waiting for pipeline data is
@@ -502,23 +514,35 @@ class _StageRun:
         self.rdv_counts: dict = {}
         self.explicit_pp = False
         self.fast_free: dict[str, float] = {}   # kind -> end of the last arithmetically timed op
+        self.seg_cache: dict = {}
+        self.durs: list = []
+        self.rows = None
 
-    # ops of one segment for this micro-batch
-    def _segment_ops(self, seg) -> list:
+    # ops of one segment for this micro-batch (cached: the lists differ only for the first/last mb)
+    def _segment_ops(self, seg):
+        """(ops, durations, layer-row keys or None, explicit pipeline markers present)."""
         d, c, mb = seg
-        if d == "start":
-            return list(self.prog.iteration_start)
-        if d == "end":
-            return list(self.prog.iteration_end)
-        chunk = self.prog.chunks[c]
-        ops = chunk.forward if d == "fwd" else chunk.backward
         m = self.eng.m
-        out = []
-        for op in ops:
-            scope = op.microbatch
-            if scope == "all" or (scope == "first" and mb == 0) or (scope == "last" and mb == m - 1):
-                out.append(op)
-        return out
+        key = (d, c, mb == 0, mb == m - 1)
+        hit = self.seg_cache.get(key)
+        if hit is not None:
+            return hit
+        if d == "start":
+            ops = list(self.prog.iteration_start)
+        elif d == "end":
+            ops = list(self.prog.iteration_end)
+        else:
+            chunk = self.prog.chunks[c]
+            src = chunk.forward if d == "fwd" else chunk.backward
+            ops = [op for op in src if op.microbatch == "all" or (op.microbatch == "first" and mb == 0)
+                   or (op.microbatch == "last" and mb == m - 1)]
+        eng = self.eng
+        durs = [0.0 if op.is_comm else float(eng.op_time_s(op)) for op in ops]
+        rows = [(eng.row_key(op), column_of(op)) for op in ops] if self.record else None
+        explicit = any(op.is_comm and op.group == "pp" for op in ops)
+        hit = (ops, durs, rows, explicit)
+        self.seg_cache[key] = hit
+        return hit
 
     def _vstage(self, c: int) -> int:
         return c * self.eng.p + self.stage
@@ -576,7 +600,7 @@ class _StageRun:
         stream = self.streams.get(op.group)
         return stream is None or (not stream.busy and not stream.queue)
 
-    def _issue_fast(self, op) -> Handle:
+    def _issue_fast(self, op, rc=None) -> Handle:
         eng = self.eng
         groups = eng._groups_for(op.group, self.stage)
         if not eng.contention_free and len(groups) != 1:
@@ -594,8 +618,8 @@ class _StageRun:
         eng.bypassed += 1
         h = Handle(kind=op.group, name=op.name, start_s=start, done_s=done, done=True, fast=True)
         if self.record:
-            st = eng.layers[eng.row_key(op)]
-            col = column_of(op)
+            row, col = rc if rc is not None else (eng.row_key(op), column_of(op))
+            st = eng.layers[row]
             st.comm_s[col] += est
             st.comm_bytes[col] += op.size_bytes
             st.comm_kind[col] = (op.collective, len(groups[0]))
@@ -603,7 +627,7 @@ class _StageRun:
             eng.trace.append((self.stage, f"comm:{op.group}", op.name, start, est, "comm"))
         return h
 
-    def _fast_wait(self, h: Handle, op) -> None:
+    def _fast_wait(self, h: Handle, op, rc=None) -> None:
         dt = h.done_s - self.clock
         if dt <= 0:
             return
@@ -611,7 +635,8 @@ class _StageRun:
         self.stats.exposed_s[report_group(h.kind)] += dt
         self.stats.exposed_kind_s[h.kind] = self.stats.exposed_kind_s.get(h.kind, 0.0) + dt
         if op is not None and self.record:
-            eng.layers[eng.row_key(op)].exposed_s[column_of(op)] += dt
+            row, col = rc if rc is not None else (eng.row_key(op), column_of(op))
+            eng.layers[row].exposed_s[col] += dt
         if eng.tracing:
             eng.trace.append((self.stage, "compute", f"wait {h.name}", self.clock, dt, "wait"))
         self.clock = h.done_s
@@ -729,8 +754,7 @@ class _StageRun:
                 return
             seg = self.segments[self.seg]
             if self.idx < 0:
-                self.ops = self._segment_ops(seg)
-                explicit = any(op.is_comm and op.group == "pp" for op in self.ops)
+                self.ops, self.durs, self.rows, explicit = self._segment_ops(seg)
                 if seg[0] == "end":
                     # gradient reductions deferred to the end of the iteration (finish_grad_sync)
                     while self.deferred:
@@ -763,20 +787,22 @@ class _StageRun:
                         waits.pop(0)
                     del self.pending[op.name]
                 if not op.is_comm:
-                    dur = float(eng.op_time_s(op))
+                    dur = self.durs[self.idx]
                     if eng.tracing:
                         eng.trace.append((self.stage, "compute", op.name, self.clock, dur, op.phase))
                     if self.record:
-                        eng.layers[eng.row_key(op)].compute_s[column_of(op)] += dur
+                        row, col = self.rows[self.idx]
+                        eng.layers[row].compute_s[col] += dur
                     self.clock += dur
                     self.stats.compute_s += dur
                     self.idx += 1
                     continue
                 if self._fast_ok(op):
-                    h = self._issue_fast(op)
+                    rc = self.rows[self.idx] if self.record else None
+                    h = self._issue_fast(op, rc)
                     self.idx += 1
                     if op.blocking:
-                        self._fast_wait(h, op)
+                        self._fast_wait(h, op, rc)
                     elif op.wait_op:
                         self.pending[op.wait_op].append(h)
                     elif op.microbatch == "last" and seg[0] in ("fwd", "bwd"):

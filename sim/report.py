@@ -40,9 +40,15 @@ def format_summary(rep, title: str = "") -> str:
     rows.append(("pipeline bubble", rep.bubble_s))
     for name, v in rows:
         lines.append(f"  {name:<26s}{v:14.6f} s  {_pct(v, T):>8s}")
-    lines.append(f"{'MFU':<28s}{100 * rep.mfu:13.2f} %   (model FLOPs / (GPUs x T x peak {m.get('dtype')}))")
-    lines.append(f"{'TFLOP/s per GPU':<28s}{rep.tflops_per_gpu:14.1f}     (executed FLOPs incl. recompute)")
-    lines.append(f"{'tokens/s per GPU':<28s}{rep.tokens_per_s_per_gpu:14.1f}")
+    if m.get("executed_flops", 0) > 0:
+        lines.append(f"{'MFU':<28s}{100 * rep.mfu:13.2f} %   (model FLOPs / (GPUs x T x peak {m.get('dtype')}))")
+        lines.append(f"{'TFLOP/s per GPU':<28s}{rep.tflops_per_gpu:14.1f}     (executed FLOPs incl. recompute)")
+    else:
+        lines.append(f"{'MFU, TFLOP/s per GPU':<28s}{'n/a':>14s}     (workload carries kernel times, no FLOPs)")
+    if m.get("tokens_known", True):
+        lines.append(f"{'tokens/s per GPU':<28s}{rep.tokens_per_s_per_gpu:14.1f}")
+    else:
+        lines.append(f"{'tokens/s per GPU':<28s}{'n/a':>14s}     (sequence length unknown)")
     src = ", ".join(f"{k} {100 * v:.1f}%" for k, v in rep.compute_sources.items())
     lines.append(f"{'kernel time provenance':<28s}{src}")
     return "\n".join(lines)
@@ -75,7 +81,7 @@ def end_to_end_csv(rep, run_name: str = "clustersim") -> str:
     T = rep.iteration_time_s
     by = rep.exposed_by_group_kind_s
     dp_ep = by.get("edp", 0.0)
-    dp = rep.exposed_comm_s.get("DP", 0.0) - dp_ep
+    dp = max(0.0, rep.exposed_comm_s.get("DP", 0.0) - dp_ep)
     tp = rep.exposed_comm_s.get("TP", 0.0)
     ep = rep.exposed_comm_s.get("EP", 0.0)
     pp = rep.exposed_comm_s.get("PP", 0.0)

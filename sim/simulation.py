@@ -179,6 +179,7 @@ def simulate(workload, topology, *, gpu: str, network="flow", db=None, placement
         "network_collectives": res.comm_count, "estimated_collectives": res.bypassed,
         "isolated_kinds": list(res.isolated), "peak_flops": peak,
         "executed_flops": executed, "model_flops": model_flops,
+        "tokens_known": workload.meta.get("imported_from") != "simai",
         "wall_time_s": time.perf_counter() - t_wall,
     }
     return StepReport(

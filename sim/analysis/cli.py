@@ -18,7 +18,8 @@ def register(subparsers) -> None:
     _plan_args(m)
     m.add_argument("--gpu", default="H100", help="GPU name (compute_db table) or a system file (default H100)")
     m.add_argument("--selective", default="attn",
-                   help="components selective recompute rematerialises: attn,mlp,norm (default attn)")
+                   help="components selective recompute rematerialises: attn,mlp,norm (default attn, or "
+                        "the --plan file's attn_recompute/mlp_recompute/mlp_rms_recompute)")
     m.add_argument("--opwalk", action="store_true",
                    help="activations from analysis's own op walk instead of the generated workload's saved_bytes")
     m.add_argument("--json", metavar="PATH", help="also write the full report as JSON")
@@ -79,10 +80,14 @@ def _plan_args(p) -> None:
 
 
 def _plan_from_args(args, model):
-    from workload_gen.config_io import load_plan
+    from sim.analysis.perfllm import _check_plan, load_strategy
     from workload_gen.plan import ParallelPlan
     if args.plan:
-        return load_plan(args.plan)
+        # PerfLLM strategy files also carry selective-recompute components and mem_factor
+        plan, opts, where, raw = load_strategy(args.plan)
+        args.file_mem_options = opts
+        _check_plan(model, plan, where, bool(raw))   # names the file and the user's key
+        return plan
     world = args.world_size or args.tp * args.cp * args.pp
     dp = max(1, world // (args.tp * args.cp * args.pp))
     return ParallelPlan(world_size=world, tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, ep=args.ep,
@@ -111,6 +116,10 @@ def cmd_memory(args) -> int:
     bad = [x for x in sel if x not in ("attn", "mlp", "norm")]
     if bad:
         raise SimError(f"--selective: unknown component {bad[0]!r} (use attn, mlp, norm)")
+    file_opts = getattr(args, "file_mem_options", None)
+    mem_factor = file_opts.mem_factor if file_opts is not None else None
+    if file_opts is not None and args.selective == "attn":
+        sel = file_opts.selective
     workload = None
     if not args.opwalk:
         try:
@@ -118,7 +127,8 @@ def cmd_memory(args) -> int:
             workload = generate(model, plan)
         except ImportError:
             pass  # the op walk follows the same accounting
-    rep = analyze_memory(model, plan, workload, options=MemoryOptions(selective=sel or ("attn",)))
+    rep = analyze_memory(model, plan, workload, options=MemoryOptions(selective=sel or ("attn",),
+                                                                      mem_factor=mem_factor))
     print(f"{model.name}: tp={plan.tp} sp={plan.sequence_parallel} pp={plan.pp} vpp={plan.vpp} cp={plan.cp} "
           f"ep={plan.ep} dp={plan.dp} mbs={plan.micro_batch_size} m={plan.num_microbatches} "
           f"recompute={plan.recompute} flash={plan.flash_attention} dist_opt={plan.distributed_optimizer} "

@@ -189,3 +189,54 @@ def walk_kernel_flops(model, plan, selective: tuple[str, ...] = ("attn",)) -> di
             base += sum(o.flops * (1 + o.bwd_factor) for o in extra)
     ranks = plan.world_size // plan.pp
     return {"kernel_flops": base * m * ranks, "kernel_flops_with_recompute": (base + rec) * m * ranks}
+
+
+def pass_costs(model, plan, selective: tuple[str, ...] = ("attn",)) -> list[dict[str, float]]:
+    """Per stage, per GPU, per micro-batch: FLOPs and HBM bytes of the forward, backward and recompute
+    passes, and bytes handed to collectives (nccl-tests buffer sizes) inside the layers (op walk)."""
+    from sim.analysis.opwalk import embedding_walk, layer_walk, model_dims, output_walk, recompute_group
+    from sim.analysis.stagefacts import layer_assignment
+    D = model_dims(model, plan)
+    groups = set(selective)
+    out = []
+    cache: dict[bool, dict[str, float]] = {}
+    for stage, chunks in enumerate(layer_assignment(model, plan)):
+        acc = {"fwd_flops": 0.0, "bwd_flops": 0.0, "recompute_flops": 0.0, "fwd_hbm_bytes": 0.0,
+               "bwd_hbm_bytes": 0.0, "recompute_hbm_bytes": 0.0, "comm_bytes": 0.0}
+        for ci, chunk in enumerate(chunks):
+            nfull = 0
+            if plan.recompute == "full":
+                nfull = len(chunk) if plan.recompute_num_layers is None else min(plan.recompute_num_layers, len(chunk))
+            for li, layer in enumerate(chunk):
+                key = is_moe_layer(model, layer)
+                if key not in cache:
+                    w = layer_walk(model, plan, layer, D)
+                    sel = [o for o in w.ops if recompute_group(o) in groups]
+                    cache[key] = {"f": w.fwd_flops, "b": sum(o.flops * o.bwd_factor for o in w.ops),
+                                  "fb": sum(o.bytes for o in w.ops), "bb": sum(o.bytes * o.bwd_factor for o in w.ops),
+                                  "sf": sum(o.flops for o in sel), "sb": sum(o.bytes for o in sel),
+                                  "c": 2.0 * sum(c.size_bytes for c in w.comms)}
+                c = cache[key]
+                acc["fwd_flops"] += c["f"]
+                acc["bwd_flops"] += c["b"]
+                acc["fwd_hbm_bytes"] += c["fb"]
+                acc["bwd_hbm_bytes"] += c["bb"]
+                acc["comm_bytes"] += c["c"]
+                if li < nfull:
+                    acc["recompute_flops"] += c["f"]
+                    acc["recompute_hbm_bytes"] += c["fb"]
+                elif plan.recompute == "selective":
+                    acc["recompute_flops"] += c["sf"]
+                    acc["recompute_hbm_bytes"] += c["sb"]
+            extra = []
+            if stage == 0 and ci == 0:
+                extra += embedding_walk(model, plan, D)
+            if stage == plan.pp - 1 and ci == len(chunks) - 1:
+                extra += output_walk(model, plan, D)
+            for o in extra:
+                acc["fwd_flops"] += o.flops
+                acc["bwd_flops"] += o.flops * o.bwd_factor
+                acc["fwd_hbm_bytes"] += o.bytes
+                acc["bwd_hbm_bytes"] += o.bytes * o.bwd_factor
+        out.append({"stage": stage, **acc})
+    return out

@@ -37,6 +37,7 @@ from sim.analysis.opwalk import (
     model_dims,
     output_walk,
 )
+from sim.analysis.stagefacts import RankParams as RankParamsLike
 from sim.analysis.stagefacts import layer_assignment, rank_params
 
 GiB = 1024 ** 3
@@ -261,6 +262,28 @@ def _bwd_working(walk_ops: list[WalkOp], rematerialised: int) -> tuple[int, str]
     return rematerialised + best, name
 
 
+@dataclass(frozen=True)
+class _Segment:
+    """One layer (or the embedding / output block) under a recompute policy, summarised for the walk."""
+    saved: int          # bytes kept for backward
+    fwd_max: int        # max over ops of (saved before the op inside the segment + op temporaries + its saved)
+    fwd_op: str
+    bwd_extra: int      # rematerialised + gradient working set while its backward runs
+    bwd_op: str
+    n_ops: int
+
+
+def _segment(ops: list[WalkOp], saved: list[int], remat: int) -> _Segment:
+    cum, best, name = 0, 0, ops[0].name if ops else ""
+    for op, sv in zip(ops, saved):
+        cand = cum + _op_fwd_transient(op) + sv
+        if cand > best:
+            best, name = cand, op.name
+        cum += sv
+    extra, bname = _bwd_working(ops, remat) if ops else (0, "")
+    return _Segment(int(cum), int(best), name, int(extra), bname, len(ops))
+
+
 def analyze_memory(model, plan, workload=None, *, options: MemoryOptions = MemoryOptions(),
                    schedule: str | None = None) -> MemoryReport:
     """Memory of every pipeline stage of `plan` (per rank). Uses `workload` saved_bytes when given."""
@@ -278,32 +301,53 @@ def analyze_memory(model, plan, workload=None, *, options: MemoryOptions = Memor
     out_ops = output_walk(model, plan, D)
     stages: list[StageMemory] = []
     notes: list[str] = []
+    inp_bytes = layer_input_bytes(D)
+    moe = model.num_experts > 0
+    summaries: dict[tuple[bool, bool], _Segment] = {}
+
+    def layer_summary(layer: int, full: bool) -> _Segment:
+        key = (moe and is_moe_layer(model, layer), full)
+        seg = summaries.get(key)
+        if seg is None:
+            w = cache.layer(layer)
+            if full:
+                saved = [inp_bytes if k == 0 else 0 for k in range(len(w.ops))]
+                remat = w.saved_bytes() - inp_bytes
+            else:
+                saved = [0 if o.component in drop else o.saved_bytes for o in w.ops]
+                remat = sum(o.saved_bytes for o in w.ops if o.component in drop)
+            seg = summaries[key] = _segment(w.ops, saved, remat)
+        return seg
+
+    emb_seg = _segment(emb_ops, [o.saved_bytes for o in emb_ops], 0)
+    out_seg = _segment(out_ops, [o.saved_bytes for o in out_ops], 0)
+    ce = out_ops[-1]
+    params_cache: dict[tuple, RankParamsLike] = {}
     for stage in range(pp):
         chunks = assign[stage]
         all_layers = tuple(x for c in chunks for x in c)
-        rp = rank_params(model, plan, stage, all_layers)
+        # stages of identical composition hold identical parameter counts
+        pkey = (stage == 0, stage == pp - 1,
+                tuple(is_moe_layer(model, x) for x in all_layers) if moe else len(all_layers))
+        rp = params_cache.get(pkey)
+        if rp is None:
+            rp = params_cache[pkey] = rank_params(model, plan, stage, all_layers)
         states = model_state_bytes(rp.dense, rp.expert, plan)
         per_layer: dict[int, int] = {}
         chunk_bytes: list[int] = []
         # forward/backward peak candidates inside one chunk-forward: (extra bytes, layer, op)
         fwd_inside: list[tuple[int, int, str]] = []
         bwd_inside: list[tuple[int, int, str]] = []
+        n_ops = 0
         for ci, layers in enumerate(chunks):
             fulls = full_recompute_layers(plan, layers)
             first_chunk = stage == 0 and ci == 0
             last_chunk = stage == pp - 1 and ci == len(chunks) - 1
-            ops_seq: list[tuple[int, WalkOp, int]] = []   # (layer, op, saved under policy)
-            if first_chunk:
-                ops_seq += [(-1, o, o.saved_bytes) for o in emb_ops]
-            for layer in layers:
-                w = cache.layer(layer)
-                if layer in fulls:
-                    inp = layer_input_bytes(D)
-                    ops_seq += [(layer, o, inp if k == 0 else 0) for k, o in enumerate(w.ops)]
-                else:
-                    ops_seq += [(layer, o, 0 if o.component in drop else o.saved_bytes) for o in w.ops]
+            segs: list[tuple[int, _Segment]] = [(-1, emb_seg)] if first_chunk else []
+            segs += [(layer, layer_summary(layer, layer in fulls)) for layer in layers]
             if last_chunk:
-                ops_seq += [(-1, o, o.saved_bytes) for o in out_ops]
+                segs.append((-1, out_seg))
+            n_ops = max(n_ops, sum(sg.n_ops for _, sg in segs))
             if wl_acts is not None:
                 # the workload's own accounting (generator's saved_bytes) replaces the walk's totals
                 wl = dict(wl_acts.get((stage, ci), {}))
@@ -315,34 +359,24 @@ def analyze_memory(model, plan, workload=None, *, options: MemoryOptions = Memor
                     per_layer[layer] = wl.get(layer, 0)
                 total = sum(wl.values())
             else:
-                for layer, _, sv in ops_seq:
+                for layer, sg in segs:
                     if layer >= 0:
-                        per_layer[layer] = per_layer.get(layer, 0) + sv
-                total = sum(sv for _, _, sv in ops_seq)
+                        per_layer[layer] = sg.saved
+                total = sum(sg.saved for _, sg in segs)
             chunk_bytes.append(int(total))
             cum, best = 0, (0, -1, "")
-            for layer, op, sv in ops_seq:
-                cand = cum + _op_fwd_transient(op) + sv
-                if cand > best[0]:
-                    best = (cand, layer, op.name)
-                cum += sv
+            for layer, sg in segs:
+                if cum + sg.fwd_max > best[0]:
+                    best = (cum + sg.fwd_max, layer, sg.fwd_op)
+                cum += sg.saved
             # relative to the chunk's full saved set (walk accounting on both sides)
             fwd_inside.append((best[0] - cum, best[1], best[2]))
             # backward: the first layer backwarded is the chunk's last one (largest live set)
-            bbest = (0, -1, "")
-            if last_chunk:
-                ce = out_ops[-1]
-                bbest = ((ce.transient_bytes + ce.saved_bytes), -1, ce.name)
-            for layer in reversed(layers):
-                w = cache.layer(layer)
-                if layer in fulls:
-                    remat = w.saved_bytes() - layer_input_bytes(D)
-                else:
-                    remat = sum(o.saved_bytes for o in w.ops if o.component in drop)
-                extra, opname = _bwd_working(w.ops, remat)
-                if extra > bbest[0]:
-                    bbest = (extra, layer, opname)
-                break  # deeper layers only have fewer live activations
+            bbest = ((ce.transient_bytes + ce.saved_bytes), -1, ce.name) if last_chunk else (0, -1, "")
+            if layers:
+                sg = layer_summary(layers[-1], layers[-1] in fulls)
+                if sg.bwd_extra > bbest[0]:
+                    bbest = (sg.bwd_extra, layers[-1], sg.bwd_op)
             bwd_inside.append(bbest)
         act_mb = sum(chunk_bytes)
         inflight = inflight_chunks(stage, pp, vpp, m, schedule)
@@ -361,7 +395,7 @@ def analyze_memory(model, plan, workload=None, *, options: MemoryOptions = Memor
         bpath = PeakPath(stage, b_c, b_layer, b_op, "bwd")
         peak_alloc = max(fwd_peak, bwd_peak)
         path = fpath if fwd_peak >= bwd_peak else bpath
-        n_blocks = len(inflight) * (len(ops_seq) if ops_seq else 1) + 8
+        n_blocks = len(inflight) * max(1, n_ops) + 8
         if options.mem_factor:
             reserved = int(peak_alloc * options.mem_factor)
         else:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from sim.analysis.cost import count_flops, utilisation, walk_kernel_flops
+from sim.analysis.cost import count_flops, pass_costs, utilisation, walk_kernel_flops
 from sim.analysis.memory import MemoryOptions, analyze_memory
 from sim.analysis.search import (
     SearchSpace,
@@ -46,7 +46,7 @@ _PLAN_TO_PERFLLM = {"tp": "tp_size", "pp": "pp_size", "cp": "cp_size", "ep": "ep
                     "num_layers_last_stage": "num_layers_in_last_pipeline_stage",
                     "distributed_optimizer": "zero_state", "zero_stage": "zero_state", "dtype": "dtype",
                     "recompute": "recompute_granularity"}
-_PERFLLM_STRATEGY_KEYS = {"tp_size", "pp_size", "seq_len", "micro_batch_num", "world_size"}
+_PERFLLM_STRATEGY_KEYS = {"tp_size", "pp_size", "ep_size", "cp_size", "micro_batch_num", "seq_len"}
 GiB = 1024 ** 3
 
 
@@ -367,7 +367,8 @@ class PerfLLM:
                                 "stage_bwd_per_micro_batch_s": list(e.stage_bwd_s),
                                 "num_micro_batches": m, "peak_flops_per_gpu": self.hw.peak_flops,
                                 "kernel_flops_per_iter": kf["kernel_flops"],
-                                "kernel_flops_with_recompute_per_iter": kf["kernel_flops_with_recompute"]},
+                                "kernel_flops_with_recompute_per_iter": kf["kernel_flops_with_recompute"],
+                                "per_micro_batch_per_gpu": pass_costs(self.model, p, self.mem_options.selective)},
             "method": e.method,
         }
 

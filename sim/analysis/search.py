@@ -211,7 +211,9 @@ def evaluate(ctx: _Ctx, plan, timers_cache: dict | None = None) -> Candidate:
     if used > budget:
         c.feasible = False
         c.reason = (f"memory: peak {used / GiB:.1f} GiB > {budget / GiB:.1f} GiB "
-                    f"({ctx.hw.hbm_bytes / GiB:.1f} GiB - gmi_error {ctx.gmi_error_GiB:g} GiB) at {peak.peak_path}")
+                    f"({ctx.hw.hbm_bytes / GiB:.1f} GiB - gmi_error {ctx.gmi_error_GiB:g} GiB) at {peak.peak_path}; "
+                    f"model states {peak.model_states.total_bytes / GiB:.1f} GiB, activations in flight "
+                    f"{peak.peak_activation_bytes / GiB:.1f} GiB")
         return c
     kt = None
     if timers_cache is not None:

@@ -294,25 +294,33 @@ def estimate_step(model, plan, hw: HardwareSpec, *, db=None, topology=None, sele
 
     # data-parallel gradient reduction and parameter gather (bucketed, overlapped)
     rp = rank_params(model, plan, slow, tuple(x for c in assign[slow] for x in c))
-    buckets = max(1, math.ceil(rp.dense / max(1, plan.grad_bucket_elements)))
+    deepspeed = plan.framework == "deepspeed"
+    bucket_el = plan.reduce_bucket_elements if deepspeed else plan.grad_bucket_elements
     dist = plan.distributed_optimizer or plan.zero_stage >= 1
+    n_layers_stage = max(1, sum(len(c) for c in assign[slow]))
+    window = stage_b[slow] / vpp
     dp_t = 0.0
     for n_params, kind in ((rp.dense, "dp_cp"), (rp.expert, "edp")):
         if n_params <= 0:
             continue
-        if dist:
+        buckets = max(1, math.ceil(n_params / max(1, bucket_el)))
+        if plan.zero_stage >= 2:
+            # partitioned gradients: DeepSpeed reduce-scatters them after every micro-batch's backward
             t_red = ct.time("reduce_scatter", kind, 4 * n_params)
-            t_ag = ct.time("all_gather", kind, 2 * n_params)
-            exposed_ag = max(t_ag / buckets, t_ag - stage_f[slow])
+            dp_t += m * max(t_red / buckets, t_red - window)
         else:
-            t_red = ct.time("all_reduce", kind, 4 * n_params)
-            exposed_ag = 0.0
-        window = stage_b[slow] / vpp
-        dp_t += max(t_red / buckets, t_red - window) + exposed_ag
+            op = "reduce_scatter" if dist else "all_reduce"
+            t_red = ct.time(op, kind, 4 * n_params)
+            dp_t += max(t_red / buckets, t_red - window)
         if plan.zero_stage >= 3:
-            # ZeRO-3 gathers weights before every forward and backward of every micro-batch
-            t3 = ct.time("all_gather", kind, 2 * n_params)
-            dp_t += m * max(0.0, 2 * t3 - (stage_f[slow] + stage_b[slow]))
+            # weights gathered layer by layer before every forward and backward of every micro-batch;
+            # the first gather of each pass cannot hide behind compute
+            t_all = ct.time("all_gather", kind, 2 * n_params)
+            t_one = ct.time("all_gather", kind, 2 * n_params // n_layers_stage)
+            dp_t += m * max(2 * t_one, 2 * t_all - (stage_f[slow] + stage_b[slow]))
+        elif dist:
+            t_ag = ct.time("all_gather", kind, 2 * n_params)
+            dp_t += max(t_ag / buckets, t_ag - stage_f[slow])
     if pp > 1 and model.tie_embeddings:
         dp_t += ct.time("all_reduce", "embedding", 4 * D.vocab // plan.tp * D.h)
     exposed["DP"] = dp_t

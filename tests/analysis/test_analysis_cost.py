@@ -105,3 +105,29 @@ def test_screen_estimate_within_15pct_of_calibration_cases(case):
         plan = ParallelPlan(world_size=8, cp=2, micro_batch_size=1, global_batch_size=128, seq_length=8192)
     t = estimate_step(m, plan, hw, db=db).iteration_time_s
     assert abs(t / measured - 1) < 0.15, (case, t, measured)
+
+
+def test_layer_matmul_flops_per_rank_match_megatron():
+    from sim.analysis.opwalk import layer_walk
+    s, b, h, a, t = 2048, 2, 4096, 32, 4
+    m = gpt(4, h, a, s=s)
+    plan = ParallelPlan(world_size=t, tp=t, micro_batch_size=b, global_batch_size=b, seq_length=s,
+                        flash_attention=False)
+    w = layer_walk(m, plan, 0)
+    mm = sum(o.flops for o in w.ops if o.kind in ("gemm", "attn_bmm"))
+    assert mm == (24 * b * s * h * h + 4 * b * s * s * h) // t     # forward, per rank
+
+
+def test_pass_costs_consistent_with_iteration_kernel_flops():
+    from sim.analysis.cost import pass_costs
+    m = get_model("llama3-8b")
+    plan = ParallelPlan(world_size=32, tp=2, pp=4, vpp=2, global_batch_size=64, seq_length=4096, recompute="full",
+                        recompute_num_layers=2)
+    per = pass_costs(m, plan)
+    kf = walk_kernel_flops(m, plan)
+    ranks = plan.world_size // plan.pp
+    total = sum(p["fwd_flops"] + p["bwd_flops"] for p in per) * plan.num_microbatches * ranks
+    total_rec = total + sum(p["recompute_flops"] for p in per) * plan.num_microbatches * ranks
+    assert total == pytest.approx(kf["kernel_flops"], rel=1e-9)
+    assert total_rec == pytest.approx(kf["kernel_flops_with_recompute"], rel=1e-9)
+    assert all(p["recompute_flops"] > 0 and p["comm_bytes"] > 0 for p in per)

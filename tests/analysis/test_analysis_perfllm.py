@@ -174,3 +174,17 @@ def test_cli_search_bad_flag_is_one_line(capsys):
     rc = cli_main(["search", "--model", "llama3-8b", "--world-size", "16", "--gbs", "32", "--tp", "two"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err.count("\n") == 0 and "--tp" in err
+
+
+def test_cli_memory_plan_file_errors_name_file_and_key(capsys, tmp_path):
+    bad = tmp_path / "plan.yaml"
+    bad.write_text("tp: 3\nworld_size: 24\n")
+    assert cli_main(["memory", "--model", "llama3-70b", "--plan", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(bad) in err and "key 'tp'" in err
+    s = _load("strategy_llama3_70b_tp8_pp4_cp2.json")
+    s["pp_size"] = 3
+    p = _write(tmp_path, "strategy.json", s)
+    assert cli_main(["memory", "--model", "llama3-70b", "--plan", str(p)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(p) in err and "world_size" in err

@@ -65,3 +65,27 @@ def test_calibrate_table(capsys):
     assert main(["compute-db", "calibrate", "--gpu", "H100", "--family", "gemm"]) == 0
     out = capsys.readouterr().out
     assert "| gemm |" in out and "Leave-one-model-out error on H100" in out
+
+
+def test_import_aiob_and_vidur(tmp_path, capsys, shared_dir):
+    aiob = tmp_path / "aiob.txt"
+    aiob.write_text("train_iter:5\natten_qkv:\n    time_gpu_max: 900\n    time_gpu_min: 800\n    time_gpu_avg: 850\n"
+                    "moe_grouped_gemm:\n    time_gpu_avg: 3\n")
+    db = tmp_path / "a.sqlite"
+    assert main(["compute-db", "import-aiob", str(aiob), "--db", str(db), "--gpu", "h100", "--model", "llama2-7b",
+                 "--tp", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "imported 1 AIOB kernel rows for H100" in out and "moe_grouped_gemm" in out
+    assert main(["compute-db", "lookup", "--db", str(db), "--gpu", "H100", "--kind", "gemm",
+                 "--shape", "m=4096,n=6144,k=4096"]) == 0
+    assert "850.00 us (measured; aiob:aiob.txt)" in capsys.readouterr().out   # QKV of llama2-7b at TP 2
+    vdir = tmp_path / "v" / "h100" / "microsoft" / "phi-2"
+    vdir.mkdir(parents=True)
+    src = shared_dir / "data/vidur_profiling/h100/microsoft/phi-2/mlp.csv"
+    (vdir / "mlp.csv").write_text(src.read_text())
+    assert main(["compute-db", "import-vidur", str(tmp_path / "v"), "--db", str(db)]) == 0
+    assert "Vidur kernel rows (H100)" in capsys.readouterr().out
+
+
+def test_compute_db_without_action(capsys):
+    assert main(["compute-db"]) == 2

@@ -45,7 +45,7 @@ def test_shipped_table_matches_hardware_md(row):
 
 
 def test_every_hardware_md_gpu_listed():
-    assert sorted(r[0] for r in HARDWARE_MD) == gpus.list_gpus()
+    assert set(r[0] for r in HARDWARE_MD) <= set(gpus.list_gpus())
 
 
 def test_aliases_and_case():

@@ -103,3 +103,38 @@ def test_lookups_open_read_only_and_concurrent(tmp_path):
     key = make_key("gemm", "fwd", {"m": 64, "n": 128, "k": 256}, "bf16")
     assert a.lookup_key(key, "H100").time_s == b.lookup_key(key, "H100").time_s == 1e-5
     assert db.stat().st_mtime_ns == before
+
+
+def test_truncated_db_clear_error(tmp_path):
+    from compute_db.db import SHIPPED_DB
+    bad = tmp_path / "trunc.sqlite"
+    bad.write_bytes(SHIPPED_DB.read_bytes()[: SHIPPED_DB.stat().st_size // 2])
+    with pytest.raises(ComputeDBError, match="corrupt or not a clustersim compute DB"):
+        open_db(bad).lookup_key(make_key("gemm", "fwd", {"m": 64, "n": 64, "k": 64}, "bf16"), "H100")
+
+
+def test_readers_while_a_writer_writes(tmp_path):
+    import threading
+    db = tmp_path / "k.sqlite"
+    store.write_rows(db, [_row(64)])
+    key = make_key("gemm", "fwd", {"m": 64, "n": 128, "k": 256}, "bf16")
+    errors = []
+
+    def writer():
+        for i in range(20):
+            store.write_rows(db, [_row(64 + i + 1, 1e-5 * (i + 2), source=f"w{i}")])
+
+    def reader():
+        try:
+            for _ in range(20):
+                assert open_db(db).lookup_key(key, "H100").time_s == 1e-5
+        except Exception as exc:  # noqa: BLE001 - collected for the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer)] + [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(store.read_rows(db, "H100")) == 21

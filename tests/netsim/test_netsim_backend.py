@@ -41,6 +41,9 @@ def test_8_h100_ring_and_nvls(h100_8):
     assert busbw("all_reduce", 8, GiB, ring) == pytest.approx(370e9, rel=0.15)
     assert busbw("all_reduce", 8, GiB, nvls) > busbw("all_reduce", 8, GiB, ring)
     assert busbw("all_reduce", 8, GiB, nvls) == pytest.approx(480e9, rel=0.15)
+    # hardware.md: NVLS busbw ~370 GB/s at 4 GPUs
+    nvls4 = net.estimate(Req("all_reduce", (0, 1, 2, 3), GiB, "nvls"))
+    assert busbw("all_reduce", 4, GiB, nvls4) == pytest.approx(370e9, rel=0.15)
     # small-message floor: 13-20 us on 8 x H100
     small = net.estimate(Req("all_reduce", tuple(range(8)), 8))
     assert 10e-6 <= small <= 22e-6
@@ -215,6 +218,14 @@ def test_pxn_routes_through_nvlink_peer():
     kinds = [pxn.planner.view.channel_kind(c) for c in chans]
     assert kinds[0] == "nvlink" and "network" in kinds
     assert pxn.estimate(req) > 0
+    # with the backend option every flow uses PXN routes: GPU 0 -> GPU 9 of a direct all-to-all
+    # (flow index 8: pairs in (i, j) order) starts on NVLink, the plain backend on the network
+    g = tuple(range(16))
+    for net, first in ((pxn, "nvlink"), (plain, "network")):
+        f = net.planner.flows("all_to_all", "direct", g, net.planner.shape(g)[0])[8]
+        kinds = {net.planner.view.channel_kind(int(c)) for c in f.channels}
+        assert first in kinds and "network" in kinds
+        assert ("nvlink" in kinds) == (first == "nvlink")
     with pytest.raises(NetsimError, match="does not apply"):
         plain.estimate(Req("all_reduce", tuple(range(16)), 1, "pxn"))
 

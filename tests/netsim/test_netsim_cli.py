@@ -92,3 +92,16 @@ def test_collective_errors(argv, msg, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert msg in err and err.count("\n") == 1
+
+
+def test_collective_on_simai_topology_file(tmp_path, capsys):
+    import topo
+
+    path = tmp_path / "fabric.txt"
+    topo.write_simai_topology(topo.build("spectrum-x", gpus=16), path)
+    assert main(["collective", "-t", str(path), "--op", "reduce_scatter", "-b", "16M", "-e", "16M",
+                 "--backend", "flow"]) == 0
+    out = capsys.readouterr().out
+    assert "group of 16 GPUs over 2 servers" in out and "reduce_scatter" in out
+    assert main(["collective", "-t", str(path), "-g", "8"]) == 2
+    assert "do not apply to a topology file" in capsys.readouterr().err

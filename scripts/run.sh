@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Simulate one training iteration with clustersim, accepting the flags SimAI users type.
+#
+#   scripts/run.sh                                   # built-in example
+#   scripts/run.sh -w example/workload_analytical.txt -g 9216 -g_p_s 8 -r test- --analytical
+#   scripts/run.sh -w my_workload.txt -n topo/Spectrum-X_128g_8gps_400Gbps_H100 -o results/
+#   scripts/run.sh --model llama3-70b --tp 8 --pp 4 --dp 8 --global-batch 512   (clustersim flags)
+#
+# SimAI flags translated: -w/--workload FILE, -n/--topo TOPOLOGY_FILE, -g/--gpus N, -g_p_s N
+# (GPUs per server of the template topology), -r/--result NAME (run name), --analytical (analytical
+# network backend), -o DIR (results directory). Anything else is passed to `clustersim run` unchanged.
+set -euo pipefail
+args=()
+gps=""
+topology=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -w|--workload) args+=(--workload "$2"); shift 2 ;;
+    -n|--topo|--topology) topology="$2"; shift 2 ;;
+    -g|--gpus) args+=(--gpus "$2"); shift 2 ;;
+    -g_p_s|--gpus-per-server) gps="$2"; shift 2 ;;
+    -r|--result) args+=(--name "${2%-}"); shift 2 ;;
+    --analytical) args+=(--network analytical); shift ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+if [[ -n "$gps" ]]; then
+  if [[ -n "$topology" ]]; then
+    if [[ -f "$topology" ]]; then
+      echo "run.sh: -g_p_s applies to template topologies, not to the file $topology" >&2; exit 2
+    fi
+    case "$topology" in *:*) topology="$topology,gpus_per_server=$gps" ;; *) topology="$topology:gpus_per_server=$gps" ;; esac
+  else
+    topology="spectrum-x:gpus_per_server=$gps"
+  fi
+fi
+if [[ -n "$topology" ]]; then args+=(--topology "$topology"); fi
+exec clustersim run "${args[@]+"${args[@]}"}"
