@@ -133,12 +133,12 @@ def cmd_info(args) -> int:
 def cmd_gpus(args) -> int:
     from compute_db import gpus
     extra = gpus.load_gpu_file(args.gpu_file) if args.gpu_file else None
-    print(f"{'gpu':<16s} {'bf16 TF/s':>10s} {'fp8 TF/s':>9s} {'tf32 TF/s':>9s} {'HBM GB':>7s} {'HBM GB/s':>9s} "
+    print(f"{'gpu':<16s} {'bf16 TF/s':>10s} {'fp8 TF/s':>9s} {'tf32 TF/s':>9s} {'HBM GiB':>7s} {'HBM GB/s':>9s} "
           f"{'NVLink GB/s/dir':>15s} {'NIC Gb/s':>8s}")
     for name in gpus.list_gpus(extra):
         g = gpus.get_gpu(name, extra)
         print(f"{name:<16s} {g.peak_flops['bf16'] / 1e12:>10.1f} {g.peak_flops['fp8'] / 1e12:>9.1f} "
-              f"{g.peak_flops['fp32'] / 1e12:>9.1f} {g.hbm_bytes / 1e9:>7.0f} {g.hbm_Bps / 1e9:>9.0f} "
+              f"{g.peak_flops['fp32'] / 1e12:>9.1f} {g.hbm_bytes / 2**30:>7.0f} {g.hbm_Bps / 1e9:>9.0f} "
               f"{g.nvlink_Bps / 1e9:>15.0f} {g.nic_Bps * 8 / 1e9:>8.0f}")
     return 0
 

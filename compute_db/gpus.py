@@ -78,7 +78,7 @@ def _parse(data: object, source: str) -> dict[str, GPUSpec]:
         specs[str(name)] = GPUSpec(
             name=str(name),
             peak_flops=peaks,
-            hbm_bytes=_num(entry, "hbm_gb", where) * 1e9,
+            hbm_bytes=_num(entry, "hbm_GiB", where) * 2**30,
             hbm_Bps=hbm_Bps,
             nvlink_Bps=_num(entry, "nvlink_GBps", where, 0.0) * 1e9,
             nic_Bps=_num(entry, "nic_Gbps", where, 0.0) * 1e9 / 8,

@@ -7,6 +7,7 @@ Every package exposes `cli.register(subparsers)`; a subcommand sets `func(args) 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from compute_db import cli as compute_db_cli
@@ -50,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         msg = str(exc) if not isinstance(exc, OSError) else f"{exc.filename}: {exc.strerror}"
         print(f"clustersim: error: {msg}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # output piped into e.g. `head`: stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("clustersim: interrupted", file=sys.stderr)
         return 130

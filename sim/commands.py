@@ -227,7 +227,7 @@ def cmd_compare(args) -> int:
     for plan_spec in plans:
         for fab in fabrics:
             job = dict(base, fabric=fab, plan=dict(base["plan"]))
-            label = {"fabric": fab}
+            label = {"fabric": Path(fab).name if Path(fab).is_file() else fab}
             if plan_spec is not None:
                 name, fields, pfile = _parse_plan_spec(plan_spec)
                 job["plan"].update(fields)
@@ -265,13 +265,14 @@ def _label_text(label: dict) -> str:
 
 
 def format_compare(reports) -> str:
-    head = f"{'configuration':<44s}{'iter (s)':>10s}{'compute':>9s}{'TP':>8s}{'CP':>8s}{'EP':>8s}{'DP':>8s}" \
+    w = min(72, max(14, *(len(_label_text(lab)) for lab, _ in reports))) + 1
+    head = f"{'configuration':<{w}s}{'iter (s)':>10s}{'compute':>9s}{'TP':>8s}{'CP':>8s}{'EP':>8s}{'DP':>8s}" \
            f"{'PP':>8s}{'bubble':>8s}{'MFU %':>7s}{'vs best':>9s}"
     best = min(rep.iteration_time_s for _, rep in reports)
     lines = [head, "-" * len(head)]
     for label, rep in reports:
         e = rep.exposed_comm_s
-        lines.append(f"{_label_text(label)[:43]:<44s}{rep.iteration_time_s:10.4f}{rep.compute_s:9.3f}"
+        lines.append(f"{_label_text(label)[:w - 1]:<{w}s}{rep.iteration_time_s:10.4f}{rep.compute_s:9.3f}"
                      f"{e['TP']:8.3f}{e['CP']:8.3f}{e['EP']:8.3f}{e['DP']:8.3f}{e['PP']:8.3f}{rep.bubble_s:8.3f}"
                      f"{100 * rep.mfu:7.1f}{rep.iteration_time_s / best:8.3f}x")
     lines.append("columns: seconds per iteration; TP..PP = exposed communication; MFU = model FLOPs / "

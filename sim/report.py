@@ -164,8 +164,8 @@ def plot_timeline(rep, path: Path) -> None:
     n = len(rep.rep_ranks)
     bars: dict[tuple[int, str], list] = {}
     for stage, thread, _name, start, dur, cat in rep.trace:
-        if dur <= 0:
-            continue
+        if dur <= 0 or cat == "wait":
+            continue          # idle time is the background
         if thread == "compute":
             key = "wait" if cat == "wait" else ("bwd" if cat in ("bwd", "recompute") else
                                                  "fwd" if cat == "fwd" else "other")
@@ -175,6 +175,18 @@ def plot_timeline(rep, path: Path) -> None:
             key = "PP" if kind.startswith("pp") else {"tp": "TP", "etp": "TP", "cp": "CP", "ep": "EP"}.get(kind, "DP")
             lane = 1
         bars.setdefault((stage * 2 + lane, key), []).append((start, dur))
+    # merge spans closer than a pixel-ish gap: hundreds of thousands of kernels draw as a few bars
+    gap = max(rep.iteration_time_s, 1e-12) * 2e-4
+    for k, spans in bars.items():
+        spans.sort()
+        merged = [list(spans[0])]
+        for start, dur in spans[1:]:
+            last = merged[-1]
+            if start <= last[0] + last[1] + gap:
+                last[1] = max(last[1], start + dur - last[0])
+            else:
+                merged.append([start, dur])
+        bars[k] = [tuple(x) for x in merged]
     colors = {"fwd": "#4c72b0", "bwd": "#8da0cb", "other": "#2f4b7c", "wait": "#eeeeee", **_COLORS}
     fig, ax = plt.subplots(figsize=(12, 1.0 + 0.7 * n))
     for (row, key), spans in sorted(bars.items()):

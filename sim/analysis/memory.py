@@ -351,11 +351,14 @@ def analyze_memory(model, plan, workload=None, *, options: MemoryOptions = Memor
             if wl_acts is not None:
                 # the workload's own accounting (generator's saved_bytes) replaces the walk's totals
                 wl = dict(wl_acts.get((stage, ci), {}))
-                extra_drop = drop - {"attn_core"}   # the generator's "selective" is attention-core only
+                # the generator's "selective" drops the attention core only: adjust to the chosen components
+                extra_drop = drop - {"attn_core"}
+                restore = {"attn_core"} - drop if plan.recompute == "selective" else set()
                 for layer in layers:
-                    if extra_drop and layer not in fulls:
-                        wl[layer] = wl.get(layer, 0) - sum(o.saved_bytes for o in cache.layer(layer).ops
-                                                           if o.component in extra_drop)
+                    if (extra_drop or restore) and layer not in fulls:
+                        ops = cache.layer(layer).ops
+                        wl[layer] = (wl.get(layer, 0) - sum(o.saved_bytes for o in ops if o.component in extra_drop)
+                                     + sum(o.saved_bytes for o in ops if o.component in restore))
                     per_layer[layer] = wl.get(layer, 0)
                 total = sum(wl.values())
             else:

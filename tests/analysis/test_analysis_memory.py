@@ -207,3 +207,18 @@ def test_workload_saved_bytes_match_formula_when_generator_present(s, b, h, a, t
         plan = plan_for(s, b, t, sp=sp, recompute=rc)
         per_layer = activations_from_workload(wg.generate(model, plan))[(0, 0)]
         assert per_layer[1] == expected, (sp, rc, per_layer[1], expected)
+
+
+def test_workload_and_opwalk_agree_on_selective_component_choices():
+    wg = pytest.importorskip("workload_gen")
+    if not hasattr(wg, "generate"):
+        pytest.skip("workload_gen.generate not available yet")
+    s, b, h, a, t = 1024, 1, 2048, 16, 2
+    model = gpt_layer_model(h, a, s)
+    plan = plan_for(s, b, t, sp=True, recompute="selective")
+    w = wg.generate(model, plan)
+    for sel in (("attn",), ("mlp",), ("attn", "mlp", "norm"), ("norm",)):
+        opts = MemoryOptions(selective=sel)
+        from_wl = analyze_memory(model, plan, w, options=opts).stages[0].activation_per_layer_bytes[1]
+        from_walk = analyze_memory(model, plan, options=opts).stages[0].activation_per_layer_bytes[1]
+        assert from_wl == from_walk == layer_activation_bytes(model, plan, 1, opts), sel

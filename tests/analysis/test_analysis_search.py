@@ -46,7 +46,7 @@ def test_every_reported_plan_is_valid_and_fits(small_search):
     m, res = small_search
     assert res.evaluated == len(res.candidates) > 50
     assert res.ranked, "some plan must fit"
-    budget = 80e9 - 6 * GiB
+    budget = 80 * GiB - 6 * GiB
     for c in res.ranked:
         validate_plan(m, c.plan)
         assert c.peak_mem_with_reserved_bytes <= budget

@@ -53,7 +53,7 @@ def test_corrupt_db_one_line(tmp_path, capsys):
 
 def test_gpu_file_option(tmp_path, capsys):
     f = tmp_path / "g.yaml"
-    f.write_text("gpus:\n  Z1:\n    peak_tflops: {bf16: 500}\n    hbm_gb: 64\n    hbm_GBps: 2000\n"
+    f.write_text("gpus:\n  Z1:\n    peak_tflops: {bf16: 500}\n    hbm_GiB: 64\n    hbm_GBps: 2000\n"
                  "    similar_to: [H100]\n")
     assert main(["compute-db", "lookup", "--gpu", "Z1", "--gpu-file", str(f), "--kind", "rmsnorm",
                  "--shape", "tokens=8192,hidden=8192"]) == 0

@@ -36,7 +36,7 @@ def test_shipped_table_matches_hardware_md(row):
         assert g.fp8_native
     else:
         assert not g.fp8_native and g.peak_flops["fp8"] == g.peak_flops["bf16"]
-    assert g.hbm_bytes == pytest.approx(hbm * 1e9)
+    assert g.hbm_bytes == pytest.approx(hbm * 2**30)
     assert g.hbm_Bps == pytest.approx(bw * 1e9)
     if nvl is not None:
         assert g.nvlink_Bps == pytest.approx(nvl / 2 * 1e9)   # one direction
@@ -64,7 +64,7 @@ def test_unknown_gpu_lists_known():
 def test_user_gpu_file(tmp_path):
     f = tmp_path / "mine.yaml"
     f.write_text("gpus:\n  X1:\n    aliases: [x-one]\n    peak_tflops: {bf16: 100, fp8: 200, fp32: 50}\n"
-                 "    hbm_gb: 10\n    hbm_GBps: 1000\n    nvlink_GBps: 100\n    nic_Gbps: 100\n    similar_to: [H100]\n")
+                 "    hbm_GiB: 10\n    hbm_GBps: 1000\n    nvlink_GBps: 100\n    nic_Gbps: 100\n    similar_to: [H100]\n")
     extra = gpus.load_gpu_file(f)
     g = gpus.get_gpu("x-one", extra)
     assert g.name == "X1" and g.peak_flops["fp16"] == 100e12 and g.nic_Bps == 12.5e9
@@ -73,7 +73,7 @@ def test_user_gpu_file(tmp_path):
 
 def test_bad_gpu_files(tmp_path):
     f = tmp_path / "bad.yaml"
-    f.write_text("gpus:\n  X1:\n    peak_tflops: {bf16: 100}\n    hbm_gb: 10\n")
+    f.write_text("gpus:\n  X1:\n    peak_tflops: {bf16: 100}\n    hbm_GiB: 10\n")
     with pytest.raises(ComputeDBError, match="hbm_GBps"):
         gpus.load_gpu_file(f)
     f.write_text("gpus: [\n")
