@@ -247,7 +247,8 @@ def _workload_from_args(args):
             raise ComputeDBError("--model needs --plan FILE")
         from workload_gen import generate
         from workload_gen.config_io import load_plan
-        return generate(_load_model(args.model), load_plan(args.plan))
+        model = _load_model(args.model)
+        return generate(model, load_plan(args.plan, model=model))
     except WorkloadError as exc:
         raise ComputeDBError(str(exc)) from None
     except ImportError as exc:

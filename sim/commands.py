@@ -157,8 +157,10 @@ def _add_inputs(p: argparse.ArgumentParser, fabric_flag: bool = True) -> None:
     s = p.add_argument_group("simulation")
     s.add_argument("--network", "-n", choices=("flow", "analytical"), default="flow",
                    help="network backend (default flow)")
-    s.add_argument("--sampling", choices=("auto", "full"), default="auto",
-                   help="auto: submit one copy of NVLink-domain-local groups (exact symmetry); full: all")
+    s.add_argument("--sampling", choices=("auto", "full", "rail"), default="auto",
+                   help="auto: skip copies of groups that exact symmetry makes redundant (default); full: submit "
+                        "every group; rail: also let one rail stand for all rails (approximate: ignores ECMP "
+                        "hash asymmetry between rails)")
 
 
 def _job_from_args(args) -> dict:

@@ -139,7 +139,8 @@ def _plan(args, model):
     base = {}
     if args.plan_file:
         from workload_gen.config_io import load_plan
-        base = dataclasses.asdict(load_plan(args.plan_file))
+        # a plan file without seq_length uses the model's (not ParallelPlan's default); --seq overrides
+        base = dataclasses.asdict(load_plan(args.plan_file, model=model))
     fw = args.framework
     if fw == "deepseek":
         fw = "megatron"

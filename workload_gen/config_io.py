@@ -121,6 +121,12 @@ def _field_value(k: _Keys, f: dataclasses.Field) -> Any:
         if not isinstance(v, dict):
             raise k.err(key, f"expected a mapping, got {v!r}")
         return v
+    if t.startswith("tuple[int"):
+        if v is None and "None" in t:
+            return None
+        if not isinstance(v, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in v):
+            raise k.err(key, f"expected a list of integers, got {v!r}")
+        return tuple(v)
     return v
 
 
@@ -188,8 +194,8 @@ def _from_hf(k: _Keys, name: str) -> ModelSpec:
                                                   and 0 <= i < layers for i in only):
             raise k.err("mlp_only_layers", f"expected a list of layer indices in 0..{layers - 1}, got {only!r}")
         if step != 1 or only:
-            extra["moe_layer_pattern"] = tuple(int(i not in only and (i + 1) % step == 0)
-                                               for i in range(layers))
+            kw["moe_layer_pattern"] = tuple(int(i not in only and (i + 1) % step == 0)
+                                            for i in range(layers))
     elif arch in ("deepseek_v2", "deepseek_v3"):
         experts = k.int("n_routed_experts", 0, min_value=0)
         first_dense = k.int("first_k_dense_replace", 0, min_value=0)
@@ -204,8 +210,8 @@ def _from_hf(k: _Keys, name: str) -> ModelSpec:
                       num_shared_experts=k.int("n_shared_experts", 0, min_value=0),
                       num_dense_layers=min(first_dense, layers))
             if freq != 1:
-                extra["moe_layer_pattern"] = tuple(int(i >= first_dense and i % freq == 0)
-                                                   for i in range(layers))
+                kw["moe_layer_pattern"] = tuple(int(i >= first_dense and i % freq == 0)
+                                                for i in range(layers))
     else:  # llama, mistral, qwen2: dense
         kw.update(ffn_hidden_size=k.int("intermediate_size"))
     return ModelSpec(**kw, extra=extra)
@@ -304,14 +310,20 @@ def _plan_from_perfllm(k: _Keys) -> ParallelPlan:
         flash_attention=k.bool("use_flash_sdp", True))
 
 
-def plan_from_mapping(data: dict, path: str | Path = "<plan>") -> ParallelPlan:
-    """ParallelPlan from an already-parsed mapping (type checks only; see validate_plan for the rules)."""
+def plan_from_mapping(data: dict, path: str | Path = "<plan>", *, model: ModelSpec | None = None) -> ParallelPlan:
+    """ParallelPlan from an already-parsed mapping (type checks only; see validate_plan for the rules).
+
+    A mapping without `seq_length` takes `model.seq_length` when `model` is given (else the plan default).
+    """
     path = Path(path)
     if set(data) == {"plan"} and isinstance(data["plan"], dict):
         data = data["plan"]
     k = _Keys(path, data)
     if _PERFLLM_PLAN_KEYS & set(data):
         return _plan_from_perfllm(k)
+    if model is not None and data.get("seq_length") is None:
+        data = {**data, "seq_length": model.seq_length}
+        k = _Keys(path, data)
     if "dp" in data:
         dp = k.int("dp")
         world = dp * k.int("tp", 1) * k.int("cp", 1) * k.int("pp", 1)
@@ -322,7 +334,9 @@ def plan_from_mapping(data: dict, path: str | Path = "<plan>") -> ParallelPlan:
     return _build(ParallelPlan, k)
 
 
-def load_plan(path: str | Path) -> ParallelPlan:
-    """Load a plan from YAML/JSON (ParallelPlan field names, or a PerfLLM strategy JSON)."""
+def load_plan(path: str | Path, *, model: ModelSpec | None = None) -> ParallelPlan:
+    """Load a plan from YAML/JSON (ParallelPlan field names, or a PerfLLM strategy JSON).
+
+    Without a `seq_length` key the plan uses `model.seq_length` when `model` is given."""
     p = Path(path)
-    return plan_from_mapping(_read_mapping(p), p)
+    return plan_from_mapping(_read_mapping(p), p, model=model)

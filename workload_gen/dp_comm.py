@@ -4,26 +4,40 @@ Modelled (Megatron-core `DistributedDataParallel` with overlap_grad_reduce / ove
 - Gradients live in fp32 main-grad buffers (Megatron forces fp32 accumulation for bf16 and its
   gradient-accumulation fusion keeps fp32 for fp16 too): 4 bytes per element.
 - Parameters are assigned to buckets in reverse forward order (the order backward produces their
-  gradients); a bucket closes once it holds >= `plan.grad_bucket_elements` elements (a parameter is
-  never split). Dense and expert parameters have separate buffers: dense buckets reduce over the
-  data x context-parallel group ("dp", or "dp_cp" when cp > 1), expert buckets over "edp".
+  gradients); a bucket closes once it holds >= `megatron_bucket_elements(plan)` elements (a parameter
+  is never split). That is `plan.grad_bucket_elements` when set, else Megatron's own default
+  max(40,000,000, 1,000,000 x dp) elements (megatron-core DDP's rule for an unset --ddp-bucket-size:
+  dp is the data-parallel group without context parallelism; the same size serves dense and expert
+  buffers). ParallelPlan cannot tell "unset" from its default, so a value equal to the default
+  40,000,000 means "unset" (an explicit 40M still grows with dp > 40).
+  Dense and expert parameters have separate buffers: dense buckets reduce over the data x
+  context-parallel group ("dp", or "dp_cp" when cp > 1), expert buckets over "edp".
 - Each bucket's reduction starts, non-blocking, right after the backward kernel that produced its last
   gradient, only in the last micro-batch (earlier micro-batches accumulate locally). Distributed
   optimizer: reduce-scatter (nccl-tests size = the whole bucket); otherwise all-reduce.
 - Distributed optimizer parameter all-gather (bf16 params, 2 bytes) per bucket in the forward pass of
   the first micro-batch, issued at the start of the layer holding the bucket's first parameter and
   waited on by that parameter's first kernel.
-Ignored: bucket padding to multiples of the DP size, Megatron's own default bucket size rule
-(max(40M, 1M x dp)); the plan's value is used as given.
+Ignored: bucket padding to multiples of the DP size.
 """
 
 from __future__ import annotations
 
 from workload_gen.layers import Ctx, comm
+from workload_gen.plan import ParallelPlan
 from workload_gen.workload import CommOp, ComputeOp, Op
 
 GRAD_BYTES = 4
 PARAM_BYTES = 2
+_PLAN_DEFAULT_BUCKET = ParallelPlan.__dataclass_fields__["grad_bucket_elements"].default   # 40,000,000
+
+
+def megatron_bucket_elements(plan: ParallelPlan) -> int:
+    """DDP bucket size in elements: the plan's value, or (at the plan default, meaning "not given")
+    megatron-core's max(40,000,000, 1,000,000 x dp), dp = the data-parallel group size without CP."""
+    if plan.grad_bucket_elements == _PLAN_DEFAULT_BUCKET:
+        return max(_PLAN_DEFAULT_BUCKET, 1_000_000 * plan.dp)
+    return plan.grad_bucket_elements
 
 
 def dense_group(c: Ctx) -> tuple[str, int]:
@@ -41,7 +55,7 @@ def grad_buckets(c: Ctx, bwd: list[tuple[Op, int, int]], *, collective: str | No
     p = c.plan
     if collective is None:
         collective = "reduce_scatter" if p.distributed_optimizer else "all_reduce"
-    limit = bucket_elems or p.grad_bucket_elements
+    limit = bucket_elems or megatron_bucket_elements(p)
     dgroup, dsize = dense_group(c)
     groups = {0: (dgroup, dsize, f"{prefix}_bucket"), 1: ("edp", p.edp, f"{prefix}_expert_bucket")}
     acc = [0, 0]
@@ -77,7 +91,7 @@ def param_gathers(c: Ctx, fwd: list[Op], bwd: list[tuple[Op, int, int]], bucket_
     kernel that first uses one of its parameters (the forward op of the earliest layer in the bucket).
     """
     p = c.plan
-    limit = bucket_elems or p.grad_bucket_elements
+    limit = bucket_elems or megatron_bucket_elements(p)
     dgroup, dsize = dense_group(c)
     # forward op of each wgrad-carrying backward op: names "<fwd>_wgrad" / "<fwd>_bwd"
     buckets: list[tuple[int, int, tuple[str, int]]] = []   # (kind, elems, (fwd op name, layer))

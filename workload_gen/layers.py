@@ -14,7 +14,9 @@ the scores is not counted). Memory-bound kernels carry small nominal FLOP counts
 saved_bytes follow Korthikanti et al. (16-bit activations, 1-byte dropout masks): per GPT layer
 without flash attention sbh(34 + 5as/h); TP keeps LN inputs, dropout masks, QKV/fc1 inputs unsharded;
 SP shards everything by t; selective recompute drops the 5as^2b term; full recompute keeps the
-layer input only. Flash attention keeps Q, K, V (its softmax statistics, a*s*b*4/t bytes, ignored).
+layer input only. Flash attention keeps Q, K, V and its fp32 softmax log-sum-exp statistics,
+4*b*(s/cp)*(a/t) bytes (dropped, like the unfused scores, by selective recompute). An MoE layer's router,
+routed experts and shared experts read one saved tensor (the pre-MLP norm output), counted once.
 """
 
 from __future__ import annotations
@@ -282,7 +284,11 @@ def _attention_core(c: Ctx, layer: int, heads: int, kv_heads: int, d_qk: int, d_
         dims = {"batch": b, "seq_q": seq_q, "seq_kv": seq_kv, "heads": heads, "kv_heads": kv_heads,
                 "head_dim_qk": d_qk, "head_dim_v": d_v}
         io = ab * b * (seq_q * heads * (d_qk + 2 * d_v) + seq_kv * kv_heads * (d_qk + d_v))
-        f = compute(core_name, "flash_attn", dims, c.act, fl_fwd, io, "fwd", layer, qkv_saved, causal=True)
+        # fp32 log-sum-exp per query row and head, kept for backward (b*(s/cp)*(a/t) values also with
+        # Ulysses CP, where seq_q = s and heads = a/(t*cp)); selective recompute re-creates it
+        lse_saved = 0 if selective else 4 * b * seq_q * heads
+        f = compute(core_name, "flash_attn", dims, c.act, fl_fwd, io, "fwd", layer, qkv_saved + lse_saved,
+                    causal=True)
         bw = compute(f"{core_name}_bwd", "flash_attn", dims, c.act, 2 * fl_fwd, 2 * io, "bwd", layer,
                      causal=True)
         u.fwd = [*pre, f, *post_f]
@@ -431,13 +437,16 @@ def _act_unit(c: Ctx, name: str, tokens: int, width: int, layer: int, saved: boo
     return Unit([f], [(b, 0, 0)])
 
 
-def dense_mlp_units(c: Ctx, layer: int, ffn: int, prefix: str = "mlp") -> list[Unit]:
-    """Column-parallel fc1 (gate+up for SwiGLU), activation, row-parallel fc2, TP comm."""
+def dense_mlp_units(c: Ctx, layer: int, ffn: int, prefix: str = "mlp", save_input: bool = True) -> list[Unit]:
+    """Column-parallel fc1 (gate+up for SwiGLU), activation, row-parallel fc2, TP comm.
+
+    `save_input=False`: fc1's input is a tensor another kernel already keeps (shared experts read the
+    router's input), so it is not counted again."""
     m, T, Tsp, h, t, ab = c.model, c.tokens, c.tokens_sp, c.h, c.t, c.ab
     g = 2 if m.gated_mlp else 1
     f = ffn // t
     bias = m.add_bias_linear
-    return [column_unit(c, prefix, f"{prefix}_fc1", T, g * f, h, layer, ab * Tsp * h,
+    return [column_unit(c, prefix, f"{prefix}_fc1", T, g * f, h, layer, ab * Tsp * h if save_input else 0,
                         h * g * f + (g * f if bias else 0)),
             _act_unit(c, f"{prefix}_act", T, f, layer),
             row_unit(c, prefix, f"{prefix}_fc2", T, h, f, layer, ab * T * f, f * h + (h if bias else 0))]
@@ -509,7 +518,8 @@ def moe_units(c: Ctx, layer: int) -> list[Unit]:
                       [(compute("moe_unpermute_bwd", "unpermute", pdims, c.act, Tl * k * h, ab * Tl * h * (1 + k),
                                 "bwd", layer), 0, 0)]))
     if m.num_shared_experts:
-        units += dense_mlp_units(c, layer, m.shared_expert_total_ffn, prefix="moe_shared")
+        # same input tensor as the router (already saved there)
+        units += dense_mlp_units(c, layer, m.shared_expert_total_ffn, prefix="moe_shared", save_input=False)
     return units
 
 

@@ -36,6 +36,8 @@ class ModelSpec:
     shared_expert_ffn_hidden_size: int | None = None  # per shared expert; None = moe_ffn_hidden_size
     num_dense_layers: int = 0                # first k layers use a dense MLP of ffn_hidden_size
     moe_layer_freq: int = 1                  # every n-th (non-dense) layer is MoE
+    moe_layer_pattern: tuple[int, ...] | None = None  # per layer 1 = MoE, 0 = dense; None = derive from
+                                             # num_dense_layers / moe_layer_freq (HF loaders set it)
     # --- DeepSeek multi-head latent attention (attention == "mla") ---
     attention: str = "mha"                   # "mha" (covers GQA) | "mla"
     q_lora_rank: int | None = None
@@ -46,6 +48,14 @@ class ModelSpec:
     # --- bookkeeping ---
     make_vocab_size_divisible_by: int = 128  # Megatron pads vocab to a multiple of this x TP
     extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        # JSON/YAML give lists; keep the spec hashable and comparable by storing a tuple
+        if self.moe_layer_pattern is not None and not isinstance(self.moe_layer_pattern, tuple):
+            try:
+                object.__setattr__(self, "moe_layer_pattern", tuple(self.moe_layer_pattern))
+            except TypeError:
+                pass   # not iterable: validate_model names the field
 
     # ---- derived, read-only helpers (resolve the None defaults; no validation here) ----
     @property
@@ -101,14 +111,13 @@ class ModelSpec:
         """Whether global layer `layer` (0-based) has an MoE MLP.
 
         Rule: the first `num_dense_layers` layers are dense; after them every `moe_layer_freq`-th layer
-        is MoE, starting with the first one. `extra["moe_layer_pattern"]` (a sequence of 0/1 per layer,
-        set by HF loaders for irregular patterns) overrides the rule.
+        is MoE, starting with the first one. `moe_layer_pattern` (one 0/1 per layer, set by HF loaders
+        for irregular patterns) overrides the rule.
         """
         if self.num_experts <= 0:
             return False
-        pattern = self.extra.get("moe_layer_pattern") if self.extra else None
-        if pattern is not None:
-            return bool(pattern[layer])
+        if self.moe_layer_pattern is not None:
+            return bool(self.moe_layer_pattern[layer])
         if layer < self.num_dense_layers:
             return False
         return (layer - self.num_dense_layers) % max(1, self.moe_layer_freq) == 0

@@ -1,6 +1,7 @@
 """clustersim's native workload document: one versioned JSON file that round-trips a Workload.
 
-Layout: {"format": "clustersim-workload", "version": 1, "model": {...ModelSpec fields}, "plan": {...},
+Layout: {"format": "clustersim-workload", "version": 1, "model": {...ModelSpec fields; tuples as lists},
+"plan": {...},
 "schedule", "num_microbatches", "meta", "stages": [{"stage", "pp_send_bytes", "iteration_start": [ops],
 "iteration_end": [ops], "chunks": [{"chunk", "layers", "forward": [ops], "backward": [ops]}]}]}.
 An op is an object with "op": "compute" | "comm" and its dataclass fields; fields equal to their
@@ -103,6 +104,20 @@ def workload_to_dict(w: Workload) -> dict:
     }
 
 
+def _model_fields(d: dict) -> dict:
+    """ModelSpec keyword arguments from the document (moe_layer_pattern: JSON list -> tuple; documents
+    written before the field existed kept it in extra["moe_layer_pattern"])."""
+    d = dict(d)
+    extra = d.get("extra")
+    if d.get("moe_layer_pattern") is None and isinstance(extra, dict) and "moe_layer_pattern" in extra:
+        extra = dict(extra)
+        d["moe_layer_pattern"] = extra.pop("moe_layer_pattern")
+        d["extra"] = extra
+    if isinstance(d.get("moe_layer_pattern"), list):
+        d["moe_layer_pattern"] = tuple(d["moe_layer_pattern"])
+    return d
+
+
 def workload_from_dict(doc: dict, source: str = "<workload>") -> Workload:
     where = "document"
     try:
@@ -112,7 +127,7 @@ def workload_from_dict(doc: dict, source: str = "<workload>") -> Workload:
             raise ConfigFileError(f"{source}: key 'version': unsupported workload format version "
                                   f"{doc.get('version')!r} (this clustersim reads {Workload.FORMAT_VERSION})")
         where = "model"
-        model = ModelSpec(**doc["model"])
+        model = ModelSpec(**_model_fields(doc["model"]))
         where = "plan"
         plan = ParallelPlan(**doc["plan"])
         stages = []

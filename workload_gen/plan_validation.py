@@ -74,10 +74,11 @@ def validate_model(model: ModelSpec) -> None:
         if model.num_attention_heads % model.kv_heads:
             raise E(f"model.num_kv_heads: must divide num_attention_heads "
                     f"(got {model.kv_heads} KV heads, {model.num_attention_heads} heads)")
-    pattern = model.extra.get("moe_layer_pattern") if isinstance(model.extra, dict) else None
-    if pattern is not None and (len(pattern) != model.num_layers or any(v not in (0, 1) for v in pattern)):
-        raise E(f"model.extra.moe_layer_pattern: must hold one 0/1 per layer (num_layers={model.num_layers}) "
-                f"(got {tuple(pattern)!r})")
+    pattern = model.moe_layer_pattern
+    if pattern is not None and (not isinstance(pattern, tuple) or len(pattern) != model.num_layers
+                                or any(not _is_int(v) or v not in (0, 1) for v in pattern)):
+        raise E(f"model.moe_layer_pattern: must hold one 0/1 per layer (num_layers={model.num_layers}) "
+                f"(got {pattern!r})")
     if model.num_experts:
         if not 1 <= model.moe_top_k <= model.num_experts:
             raise E(f"model.moe_top_k: must be in 1..num_experts={model.num_experts} (got {model.moe_top_k})")
@@ -128,8 +129,7 @@ def validate_plan(model: ModelSpec, plan: ParallelPlan) -> None:
         raise PlanError(f"plan.tp: must divide num_attention_heads (got tp={tp}, heads={heads})")
     if not model.is_mla and model.kv_heads % tp:
         raise PlanError(f"plan.tp: must divide the KV heads (got tp={tp}, num_kv_heads={model.kv_heads})")
-    if (not model.is_moe or model.num_dense_layers or model.moe_layer_freq > 1) \
-            and model.ffn_hidden_size % tp:
+    if (not model.is_moe or len(model.moe_layer_ids) < model.num_layers) and model.ffn_hidden_size % tp:
         raise PlanError(f"plan.tp: must divide ffn_hidden_size (got tp={tp}, "
                         f"ffn_hidden_size={model.ffn_hidden_size})")
     if model.num_shared_experts and model.shared_expert_total_ffn % tp:

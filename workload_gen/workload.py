@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from workload_gen.plan import ParallelPlan
 
 # Op kinds emitted by the generator and the shape fields each carries (all positive ints).
-# compute_db keys its measurements on (kind, variant, shape, dtype).
+# compute_db keys its measurements on (kind, variant, shape, dtype). GEMM shapes are those of the
+# product the kernel actually computes: for Y[m,n] = X[m,k] W[k,n], dgrad is (m, k, n) and wgrad (k, n, m).
 COMPUTE_KINDS: dict[str, tuple[str, ...]] = {
     "gemm": ("m", "n", "k"),                         # Y[m,n] = X[m,k] @ W[k,n]; variant fwd|dgrad|wgrad
     "grouped_gemm": ("groups", "m", "n", "k"),       # m = tokens per group (mean); variant fwd|dgrad|wgrad

@@ -115,7 +115,8 @@ class KernelTimer:
     def _lookup(self, op: WalkOp, variant: str) -> float:
         if self.db is not None:
             try:
-                from workload_gen.workload import ComputeOp
+                from workload_gen.dp_comm import megatron_bucket_elements
+from workload_gen.workload import ComputeOp
                 flops = op.flops if variant in ("fwd", "dgrad", "wgrad") else op.flops * op.bwd_factor
                 co = ComputeOp(op.name, op.kind, op.shape, self.dtype, flops, op.bytes, variant=variant,
                                causal=op.causal)
@@ -295,7 +296,7 @@ def estimate_step(model, plan, hw: HardwareSpec, *, db=None, topology=None, sele
     # data-parallel gradient reduction and parameter gather (bucketed, overlapped)
     rp = rank_params(model, plan, slow, tuple(x for c in assign[slow] for x in c))
     deepspeed = plan.framework == "deepspeed"
-    bucket_el = plan.reduce_bucket_elements if deepspeed else plan.grad_bucket_elements
+    bucket_el = plan.reduce_bucket_elements if deepspeed else megatron_bucket_elements(plan)
     dist = plan.distributed_optimizer or plan.zero_stage >= 1
     n_layers_stage = max(1, sum(len(c) for c in assign[slow]))
     window = stage_b[slow] / vpp

@@ -18,8 +18,8 @@ def test_case1_gpt75b_128_a100():
     rep = run_job({"model": "gpt-7.5b", "plan": {"tp": 4, "dp": 32, "global_batch_size": 512, "micro_batch_size": 1,
                                                  "seq_length": 2048, "recompute": "full", "dtype": "fp16"},
                    "fabric": "fat-tree:gpu_type=A100,nic_bandwidth_Bps=200Gbps", "gpu": "A100-80GB"})
-    B, s, l, h, V = 512, 2048, 36, 4096, 51200
-    flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))     # 4-pass formula
+    B, s, L, h, V = 512, 2048, 36, 4096, 51200
+    flops = 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))     # 4-pass formula
     tflops = flops / (128 * rep.iteration_time_s) / 1e12
     assert tflops == pytest.approx(142, rel=0.15)
     assert rep.iteration_time_s == pytest.approx(3.7, rel=0.15)

@@ -47,3 +47,17 @@ def test_bad_input_exits_2_with_one_line(argv, msg, capsys):
 def test_deepspeed_zero3(capsys):
     rc = main(["workload", "gpt-1.7b", "--frame", "DeepSpeed", "--stage", "3", "--world-size", "8", "--gbs", "16"])
     assert rc == 0 and "zero 3" in capsys.readouterr().out
+
+
+def test_plan_file_without_seq_length_uses_the_models(tmp_path, capsys):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("world_size: 16\ntp: 8\npp: 2\nsequence_parallel: true\nglobal_batch_size: 16\n")
+    # llama2-7b trains at 4096 tokens; ParallelPlan's own default (2048) must not override it
+    assert main(["workload", "llama2-7b", "--plan-file", str(plan)]) == 0
+    assert ", seq 4096," in capsys.readouterr().out
+    assert main(["workload", "llama2-7b", "--plan-file", str(plan), "--seq", "1024"]) == 0
+    assert ", seq 1024," in capsys.readouterr().out
+    plan.write_text("world_size: 16\ntp: 8\npp: 2\nsequence_parallel: true\nglobal_batch_size: 16\n"
+                    "seq_length: 2048\n")
+    assert main(["workload", "llama2-7b", "--plan-file", str(plan)]) == 0
+    assert ", seq 2048," in capsys.readouterr().out

@@ -87,8 +87,25 @@ def test_hf_irregular_moe_layers(tmp_path):
     cfg = {**QWEN3_235B, "num_hidden_layers": 6, "decoder_sparse_step": 2, "mlp_only_layers": [3]}
     m = load_model(_write(tmp_path, "c.json", cfg))
     assert m.moe_layer_ids == (1, 5)          # (i+1) % 2 == 0 and i not in mlp_only_layers
+    assert m.moe_layer_pattern == (0, 1, 0, 0, 0, 1) and "moe_layer_pattern" not in m.extra
     cfg = {**DSV3, "num_hidden_layers": 8, "moe_layer_freq": 2, "first_k_dense_replace": 3}
-    assert load_model(_write(tmp_path, "d.json", cfg)).moe_layer_ids == (4, 6)
+    d = load_model(_write(tmp_path, "d.json", cfg))
+    assert d.moe_layer_ids == (4, 6) and d.moe_layer_pattern == (0, 0, 0, 0, 1, 0, 1, 0)
+    # regular layouts keep the derived rule
+    assert load_model(_write(tmp_path, "e.json", {**DSV3, "num_hidden_layers": 8})).moe_layer_pattern is None
+
+
+def test_yaml_moe_layer_pattern(tmp_path):
+    y = tmp_path / "m.yaml"
+    y.write_text("base: mixtral-8x7b\nnum_layers: 4\nmoe_layer_pattern: [1, 0, 1, 0]\n")
+    m = load_model(y)
+    assert m.moe_layer_pattern == (1, 0, 1, 0) and m.moe_layer_ids == (0, 2)
+    y.write_text("base: mixtral-8x7b\nnum_layers: 4\nmoe_layer_pattern: [1, 0]\n")
+    with pytest.raises(ConfigFileError, match=r"key 'moe_layer_pattern': must hold one 0/1 per layer"):
+        load_model(y)
+    y.write_text("base: mixtral-8x7b\nmoe_layer_pattern: yes\n")
+    with pytest.raises(ConfigFileError, match=r"key 'moe_layer_pattern': expected a list of integers"):
+        load_model(y)
 
 
 def test_hf_architectures_only(tmp_path):
@@ -192,6 +209,15 @@ def test_plan_yaml_and_json(tmp_path):
                                         global_batch_size=1536, recompute="selective")
     j = _write(tmp_path, "p.json", {"plan": {"dp": 4, "tp": 2, "pp": 2, "etp": None}})
     assert load_plan(j) == ParallelPlan(world_size=16, tp=2, pp=2)
+
+
+def test_plan_without_seq_length_takes_the_models(tmp_path):
+    from workload_gen.zoo import get_model
+    y = _write(tmp_path, "p.yaml", "world_size: 8\ntp: 8\n")
+    assert load_plan(y).seq_length == 2048                                  # no model: plan default
+    assert load_plan(y, model=get_model("llama3-8b")).seq_length == 8192
+    y2 = _write(tmp_path, "p2.yaml", "world_size: 8\ntp: 8\nseq_length: 1024\n")
+    assert load_plan(y2, model=get_model("llama3-8b")).seq_length == 1024    # the file's value wins
 
 
 @pytest.mark.parametrize("text,key,what", [

@@ -91,11 +91,48 @@ def test_saved_bytes_follow_korthikanti(tp, sp, recompute, expect):
         assert _layer_saved(w, layer) == expect(s, b, h, a, tp)
 
 
-def test_flash_attention_saves_like_selective():
+def test_flash_attention_saves_like_selective_plus_softmax_stats():
+    # flash attention keeps Q, K, V (no s x s tensors) plus the fp32 log-sum-exp: 4 * b * s * a / t bytes
+    s, b, h, a, t = 1024, 2, 512, 8, 4
     plan = ParallelPlan(world_size=4, tp=4, sequence_parallel=True, global_batch_size=2, micro_batch_size=2,
                         seq_length=1024)
     w = generate(GPT, plan)
-    assert _layer_saved(w, 3) == 1024 * 2 * 512 * 34 / 4
+    assert _layer_saved(w, 3) == s * b * h * 34 // t + 4 * b * s * a // t
+    # selective recompute re-runs the attention core: the statistics are not kept either
+    w = generate(GPT, ParallelPlan(**{**plan.__dict__, "recompute": "selective"}))
+    assert _layer_saved(w, 3) == s * b * h * 34 // t
+
+
+@pytest.mark.parametrize("cp_comm_type", ["p2p", "a2a"])
+def test_flash_softmax_stats_with_context_parallel(cp_comm_type):
+    # per rank: b * (s / cp) * (a / t) fp32 statistics, for ring and Ulysses attention alike
+    s, b, h, a, t, cp = 1024, 1, 512, 8, 2, 2
+    plan = ParallelPlan(world_size=4, tp=t, cp=cp, sequence_parallel=True, global_batch_size=1, seq_length=s,
+                        cp_comm_type=cp_comm_type)
+    w = generate(GPT, plan)
+    core = [op for ch in w.stages[0].chunks for op in ch.forward
+            if not op.is_comm and op.kind == "flash_attn" and op.layer == 0]
+    assert len(core) == 1
+    q_k_v = 3 * 2 * b * (s // cp) * h // t
+    assert core[0].saved_bytes == q_k_v + 4 * b * (s // cp) * a // t
+    assert _layer_saved(w, 0) == (s // cp) * b * h * 34 // t + 4 * b * (s // cp) * a // t
+
+
+def test_shared_experts_do_not_save_their_input_twice():
+    # MoE layer, swiglu, tp 2 + SP, no dropout: the shared expert adds only its activation input (2F wide)
+    # and its fc2 input (F wide) per token; its fc1 input is the router's input, saved once.
+    s, b, h, t, fs = 512, 1, 256, 2, 384
+    base = dict(name="moe", num_layers=2, hidden_size=h, num_attention_heads=4, ffn_hidden_size=512,
+                vocab_size=1024, activation="swiglu", norm="rmsnorm", position_embedding="rope",
+                tie_embeddings=False, add_bias_linear=False, num_experts=4, moe_top_k=2, moe_ffn_hidden_size=256)
+    plan = ParallelPlan(world_size=2, tp=t, sequence_parallel=True, global_batch_size=1, seq_length=s)
+    plain = _layer_saved(generate(ModelSpec(**base), plan), 1)
+    shared = _layer_saved(generate(ModelSpec(**base, num_shared_experts=1, shared_expert_ffn_hidden_size=fs),
+                                   plan), 1)
+    assert shared - plain == 2 * b * s * (2 * fs // t) + 2 * b * s * (fs // t)
+    w = generate(ModelSpec(**base, num_shared_experts=1, shared_expert_ffn_hidden_size=fs), plan)
+    fc1 = [op for ch in w.stages[0].chunks for op in ch.forward if op.name == "moe_shared_fc1" and op.layer == 1]
+    assert len(fc1) == 1 and fc1[0].saved_bytes == 0
 
 
 def test_gpt3_tp_collectives_sp():
@@ -358,3 +395,24 @@ def test_fp8_gemms_and_dtypes():
     ch = generate(LLAMA, plan).stages[0].chunks[0]
     assert {op.dtype for op in ch.forward + ch.backward if not op.is_comm and op.kind == "gemm"} == {"fp8"}
     assert {op.dtype for op in ch.forward if not op.is_comm and op.kind == "flash_attn"} == {"bf16"}
+
+
+def test_megatron_default_bucket_size_grows_with_dp():
+    from workload_gen.dp_comm import megatron_bucket_elements
+    # megatron-core DDP: bucket_size = max(40M, 1M x dp) when --ddp-bucket-size is not given
+    assert megatron_bucket_elements(ParallelPlan(world_size=8)) == 40_000_000
+    assert megatron_bucket_elements(ParallelPlan(world_size=1024, tp=8)) == 128_000_000
+    assert megatron_bucket_elements(ParallelPlan(world_size=512, tp=2, cp=2)) == 128_000_000   # dp without cp
+    assert megatron_bucket_elements(ParallelPlan(world_size=1024, tp=8, grad_bucket_elements=5_000_000)) == 5_000_000
+    big = ModelSpec(name="gpt-4k", num_layers=8, hidden_size=4096, num_attention_heads=32, ffn_hidden_size=16384,
+                    vocab_size=8192, seq_length=1024)
+    sizes = {}
+    for bucket in (40_000_000, 40_000_001):
+        w = generate(big, ParallelPlan(world_size=128, global_batch_size=128, seq_length=1024,
+                                       grad_bucket_elements=bucket))
+        ops = [op for ch in w.stages[0].chunks for op in ch.backward if op.is_comm and op.name.startswith("dp_grad")]
+        sizes[bucket] = [op.size_bytes // 4 for op in ops]
+        assert sum(sizes[bucket]) == stage_params(big, w.plan, 0).dense
+    assert all(n >= 128_000_000 for n in sizes[40_000_000][:-1])            # default: 1M x dp = 128M
+    assert all(n >= 40_000_001 for n in sizes[40_000_001][:-1])             # explicit value honoured
+    assert min(sizes[40_000_001][:-1]) < 128_000_000 and len(sizes[40_000_001]) > len(sizes[40_000_000])

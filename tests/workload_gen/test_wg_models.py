@@ -106,8 +106,11 @@ def test_model_properties():
     assert lite.shared_expert_total_ffn == 2 * 1408
     m = ModelSpec("x", 6, 64, 4, 128, 100, num_experts=4, moe_top_k=1, num_dense_layers=1, moe_layer_freq=2)
     assert m.moe_layer_ids == (1, 3, 5)
-    p = ModelSpec("x", 4, 64, 4, 128, 100, num_experts=4, moe_top_k=1, extra={"moe_layer_pattern": (0, 1, 1, 0)})
+    p = ModelSpec("x", 4, 64, 4, 128, 100, num_experts=4, moe_top_k=1, moe_layer_pattern=(0, 1, 1, 0))
     assert p.moe_layer_ids == (1, 2)
+    # a list (JSON/YAML) is stored as a tuple: the spec stays hashable and equal to the tuple form
+    q = ModelSpec("x", 4, 64, 4, 128, 100, num_experts=4, moe_top_k=1, moe_layer_pattern=[0, 1, 1, 0])
+    assert q.moe_layer_pattern == (0, 1, 1, 0) and q == p and hash(q) == hash(p)
 
 
 @pytest.mark.parametrize("vocab,tp,expected", [

@@ -41,6 +41,25 @@ def test_native_round_trip_is_exact(tmp_path, workload):
     assert doc["format"] == "clustersim-workload" and doc["version"] == 1
 
 
+def test_native_round_trip_keeps_moe_layer_pattern(tmp_path):
+    m = ModelSpec(name="pat", num_layers=4, hidden_size=256, num_attention_heads=4, ffn_hidden_size=512,
+                  vocab_size=1024, activation="swiglu", norm="rmsnorm", position_embedding="rope",
+                  tie_embeddings=False, add_bias_linear=False, num_experts=4, moe_top_k=1,
+                  moe_layer_pattern=(0, 1, 0, 1))
+    w = generate(m, ParallelPlan(world_size=1, global_batch_size=1, seq_length=256))
+    p = tmp_path / "w.json"
+    save_workload(w, p)
+    doc = json.loads(p.read_text())
+    assert doc["model"]["moe_layer_pattern"] == [0, 1, 0, 1]
+    back = load_workload(p)
+    assert back.model.moe_layer_pattern == (0, 1, 0, 1) and back.model == m and back.model.moe_layer_ids == (1, 3)
+    # an older document that kept the pattern in extra still loads it into the field
+    doc["model"]["moe_layer_pattern"] = None
+    doc["model"]["extra"] = {"moe_layer_pattern": [0, 1, 0, 1]}
+    p.write_text(json.dumps(doc))
+    assert load_workload(p).model.moe_layer_pattern == (0, 1, 0, 1)
+
+
 @pytest.mark.parametrize("mutate,msg", [
     (lambda d: d.update(version=99), "key 'version'"),
     (lambda d: d.update(format="x"), "key 'format'"),

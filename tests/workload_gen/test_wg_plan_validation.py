@@ -126,7 +126,8 @@ def test_at_least_30_invalid_plans():
     (dict(moe_top_k=2), "model.num_experts"),
     (dict(attention="mla"), "model.kv_lora_rank"),
     (dict(attention="gqa"), "model.attention"),
-    (dict(num_experts=4, moe_top_k=1, extra={"moe_layer_pattern": (0, 1)}), "model.extra.moe_layer_pattern"),
+    (dict(num_experts=4, moe_top_k=1, moe_layer_pattern=(0, 1)), "model.moe_layer_pattern"),
+    (dict(num_experts=4, moe_top_k=1, moe_layer_pattern=(0, 2, 1, 1)), "model.moe_layer_pattern"),
 ])
 def test_invalid_models(kw, field):
     with pytest.raises(WorkloadError) as e:
