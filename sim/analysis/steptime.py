@@ -29,6 +29,7 @@ from sim.analysis.opwalk import (
     recompute_group,
 )
 from sim.analysis.stagefacts import layer_assignment, rank_params
+from workload_gen.dp_comm import megatron_bucket_elements
 
 LAUNCH_S = 4e-6            # per-kernel launch/tail overhead on the compute stream
 GEMM_PEAK_EFF = 0.78       # large-GEMM efficiency (H100 measured 70–85% of dense peak, hardware.md)
@@ -115,8 +116,7 @@ class KernelTimer:
     def _lookup(self, op: WalkOp, variant: str) -> float:
         if self.db is not None:
             try:
-                from workload_gen.dp_comm import megatron_bucket_elements
-from workload_gen.workload import ComputeOp
+                from workload_gen.workload import ComputeOp
                 flops = op.flops if variant in ("fwd", "dgrad", "wgrad") else op.flops * op.bwd_factor
                 co = ComputeOp(op.name, op.kind, op.shape, self.dtype, flops, op.bytes, variant=variant,
                                causal=op.causal)
