@@ -92,6 +92,7 @@ class Handle:
     waiters: list = field(default_factory=list)
     rdv_s: float = math.nan      # cross-stage collectives: time the last participant arrived
     fast: bool = False           # timed arithmetically (done_s known at issue; no events)
+    op: object = None            # the CommOp (exposed time is attributed to its per-layer row)
 
 
 @dataclass
@@ -488,10 +489,22 @@ class Engine:
                             bypassed=self.bypassed, isolated=tuple(sorted(self.isolated)))
 
 
+_ROW_PREFIXES = (("embedding", "embedding_layer"), ("final_norm", "final_layer"), ("lm_head", "final_layer"),
+                 ("cross_entropy", "cross_entropy"), ("dp_param", "grad_param_comm"),
+                 ("dp_grad", "grad_param_comm"), ("edp", "grad_param_comm"), ("grad_norm", "grad_norm"),
+                 ("tp_replicated", "grad_norm"), ("optimizer", "optimizer"))
+
+
 def default_row_key(op) -> str:
+    """Per-layer CSV row of a native-workload op: transformer layers by index, the rest by part
+    (SimAI-like names: embedding_layer, final_layer, grad_param_comm, grad_norm, optimizer)."""
     if op.layer >= 0:
-        return f"layer{op.layer:04d}"
-    return op.name.split(".")[0] if op.name else "other"
+        return f"layer_{op.layer}"
+    name = op.name or "other"
+    for prefix, row in _ROW_PREFIXES:
+        if name.startswith(prefix):
+            return row
+    return name.rstrip("0123456789").rstrip("_") or "other"
 
 
 class _StageRun:
@@ -584,6 +597,7 @@ class _StageRun:
             dt -= early
             self.stats.exposed_s[kind] += dt
             self.stats.exposed_kind_s[handle.kind] = self.stats.exposed_kind_s.get(handle.kind, 0.0) + dt
+            op = handle.op if handle.op is not None else op
             if op is not None and self.record:
                 eng.layers[eng.row_key(op)].exposed_s[column_of(op)] += dt
             if eng.tracing and dt > 0:
@@ -621,7 +635,7 @@ class _StageRun:
         done = start + est
         self.fast_free[op.group] = done
         eng.bypassed += 1
-        h = Handle(kind=op.group, name=op.name, start_s=start, done_s=done, done=True, fast=True)
+        h = Handle(kind=op.group, name=op.name, start_s=start, done_s=done, done=True, fast=True, op=op)
         if self.record:
             row, col = rc if rc is not None else (eng.row_key(op), column_of(op))
             st = eng.layers[row]
@@ -639,7 +653,10 @@ class _StageRun:
         eng = self.eng
         self.stats.exposed_s[report_group(h.kind)] += dt
         self.stats.exposed_kind_s[h.kind] = self.stats.exposed_kind_s.get(h.kind, 0.0) + dt
-        if op is not None and self.record:
+        if self.record and (h.op is not None or op is not None):
+            if h.op is not None and h.op is not op:
+                rc = None
+                op = h.op
             row, col = rc if rc is not None else (eng.row_key(op), column_of(op))
             eng.layers[row].exposed_s[col] += dt
         if eng.tracing:
@@ -648,7 +665,7 @@ class _StageRun:
 
     def _issue(self, op, now: float) -> Handle:
         eng = self.eng
-        handle = Handle(kind=op.group, name=op.name)
+        handle = Handle(kind=op.group, name=op.name, op=op)
         record = self.record
         row = eng.row_key(op) if record else None
         col = column_of(op) if record else None

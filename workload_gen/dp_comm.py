@@ -126,6 +126,12 @@ def param_gathers(c: Ctx, fwd: list[Op], bwd: list[tuple[Op, int, int]], bucket_
         inserts.setdefault(at, []).append(
             comm(f"{prefix}_gather{n}", "all_gather", group, elems * PARAM_BYTES, key[1], "fwd", blocking=False,
                  wait_op=key[0], microbatch="first"))
+    # Megatron dispatches the first bucket's gather when the iteration starts (after the optimizer
+    # step), not after the pipeline receive: gathers placed before any compute go to the very front.
+    first_compute = next((i for i, op in enumerate(fwd) if not op.is_comm), len(fwd))
+    for at in [a for a in inserts if 0 < a <= first_compute]:
+        inserts.setdefault(0, [])
+        inserts[0] = inserts[0] + inserts.pop(at)
     out: list[Op] = []
     for i, op in enumerate(fwd):
         # buckets were found in backward order; issue the earliest-needed first
