@@ -29,7 +29,8 @@ def register(subparsers) -> None:
     src = m.add_mutually_exclusive_group(required=True)
     src.add_argument("--workload", metavar="JSON", help="native workload JSON (clustersim workload files)")
     src.add_argument("--model", metavar="NAME|FILE", help="zoo model name or model config file (with --plan)")
-    m.add_argument("--plan", metavar="FILE", help="parallel plan file (YAML/JSON), with --model")
+    m.add_argument("--plan", "--plan-file", dest="plan", metavar="FILE",
+                   help="parallel plan file (YAML/JSON), with --model (--plan-file as in `clustersim workload`)")
     _db_arg(m, required=True, help_="compute DB to write (created if missing)")
     m.add_argument("--device", default="auto", help="auto | cpu | cuda[:N] (default auto)")
     m.add_argument("--gpu-name", help="name to file rows under (default: detected GPU table name; CPU: 'CPU')")
@@ -99,7 +100,7 @@ def register(subparsers) -> None:
 
     p = sub.add_parser("export-csv", help="write a DB's rows as CSV (seconds)")
     _db_arg(p)
-    p.add_argument("--out", required=True, metavar="CSV")
+    p.add_argument("--out", "-o", dest="out", required=True, metavar="CSV")
     p.add_argument("--gpu", help="only this GPU's rows")
     p.set_defaults(func=cmd_export_csv)
 
@@ -214,6 +215,16 @@ def cmd_import_aiob(args) -> int:
     extra = gpus.load_gpu_file(args.gpu_file) if args.gpu_file else None
     gpu = gpus.canonical_name(args.gpu, extra)
     model = _load_model(args.model)
+    tp = args.tp
+    if tp < 1:
+        raise ComputeDBError(f"--tp: must be a positive integer, got {tp}")
+    for what, n in (("num_attention_heads", model.num_attention_heads), ("num_kv_heads", model.kv_heads),
+                    ("ffn_hidden_size", model.ffn_hidden_size)):
+        if n % tp:   # Megatron shards these evenly over TP; other shapes would not match the workload's kernels
+            raise ComputeDBError(f"--tp: must divide the model's {what} (got tp={tp}, {what}={n})")
+    for flag, v in (("--micro-batch", args.micro_batch), ("--seq-length", args.seq_length)):
+        if v is not None and v < 1:
+            raise ComputeDBError(f"{flag}: must be a positive integer, got {v}")
     rows, skipped = importers.import_aiob(args.file, gpu, model, args.tp, args.micro_batch, args.seq_length,
                                           args.dtype)
     n = _write(args.db, rows)
@@ -232,7 +243,14 @@ def cmd_import_csv(args) -> int:
 
 def cmd_export_csv(args) -> int:
     from compute_db import store
-    n = store.export_csv(_db_path(args), args.out, args.gpu)
+    path, gpu = _db_path(args), args.gpu
+    if gpu is not None and gpu not in store.gpus_in(path):
+        from compute_db.gpus import canonical_name
+        try:   # an alias such as A100 -> A100-80GB, as lookup accepts
+            gpu = canonical_name(gpu)
+        except ComputeDBError:
+            pass
+    n = store.export_csv(path, args.out, gpu)
     print(f"wrote {n} rows to {args.out}")
     return 0
 
@@ -258,13 +276,31 @@ def _workload_from_args(args):
 def cmd_measure(args) -> int:
     from compute_db import measure, store
     measure.require_torch()  # fail fast with the install hint
+    if args.max_kernels is not None and args.max_kernels < 1:
+        raise ComputeDBError(f"--max-kernels: must be >= 1, got {args.max_kernels}")
+    if args.max_gb is not None and not args.max_gb > 0:
+        raise ComputeDBError(f"--max-gb: must be > 0, got {args.max_gb}")
+    wanted = None
+    if args.kinds:
+        from workload_gen.workload import COMPUTE_KINDS
+        wanted = {k.strip() for k in args.kinds.split(",") if k.strip()}
+        unknown = sorted(wanted - set(COMPUTE_KINDS))
+        if unknown or not wanted:
+            raise ComputeDBError(f"--kinds: unknown kernel kind(s) {', '.join(unknown) or repr(args.kinds)} "
+                                 f"(known: {', '.join(COMPUTE_KINDS)})")
+    # check --db before minutes of measuring: an existing file must be a compute DB, a new one writable
+    if Path(args.db).exists():
+        store.connect_ro(args.db).close()
+    else:
+        store.check_output_path(args.db)
     workload = _workload_from_args(args)
     keys = measure.distinct_keys(measure.workload_ops(workload))
-    if args.kinds:
-        wanted = {k.strip() for k in args.kinds.split(",") if k.strip()}
+    if wanted is not None:
         keys = [k for k in keys if k.kind in wanted]
+        if not keys:
+            raise ComputeDBError(f"--kinds: the workload has no kernels of kind(s) {', '.join(sorted(wanted))}")
     if args.max_kernels is not None:
-        keys = keys[: max(0, args.max_kernels)]
+        keys = keys[: args.max_kernels]
     bar = None
     if sys.stderr.isatty():
         from tqdm import tqdm

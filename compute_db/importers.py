@@ -197,6 +197,8 @@ def aiob_keys(model, tp: int, tokens: int, micro_batch: int, seq: int, dtype: st
     ffn = model.ffn_hidden_size
     norm = "rmsnorm" if model.norm == "rmsnorm" else "layernorm"
     gated = model.gated_mlp
+    # Megatron pads the vocabulary so every TP shard is equal: the workload's embedding / LM head use it
+    vocab_rank = padded_vocab_size(model.vocab_size, tp, model.make_vocab_size_divisible_by) // tp
     keys = {
         "atten_qkv": make_key("gemm", "fwd", {"m": tokens, "n": (h + 2 * kvh) * hd // tp, "k": d}, dtype),
         "atten_linear": make_key("gemm", "fwd", {"m": tokens, "n": d, "k": h * hd // tp}, dtype),
@@ -209,9 +211,9 @@ def aiob_keys(model, tp: int, tokens: int, micro_batch: int, seq: int, dtype: st
         "atten_flash": make_key("flash_attn", "fwd", {
             "batch": micro_batch, "seq_q": seq, "seq_kv": seq, "heads": h // tp, "kv_heads": max(1, kvh // tp),
             "head_dim_qk": hd, "head_dim_v": hd}, dtype, causal=True),
-        "Emb": make_key("embedding", "fwd", {"tokens": tokens, "hidden": d, "vocab": max(1, model.vocab_size // tp)},
+        "Emb": make_key("embedding", "fwd", {"tokens": tokens, "hidden": d, "vocab": vocab_rank},
                         dtype),
-        "logit_time": make_key("gemm", "fwd", {"m": tokens, "n": max(1, model.vocab_size // tp), "k": d}, dtype),
+        "logit_time": make_key("gemm", "fwd", {"m": tokens, "n": vocab_rank, "k": d}, dtype),
     }
     return keys
 

@@ -115,6 +115,8 @@ def _check_meta(conn: sqlite3.Connection, path: Path) -> None:
 def connect_ro(path: str | Path) -> sqlite3.Connection:
     """Read-only connection to an existing compute DB (validated)."""
     path = Path(path)
+    if path.is_dir():
+        raise ComputeDBError(f"{path}: is a directory, not a compute DB file")
     if not path.is_file():
         raise ComputeDBError(f"{path}: compute DB file not found")
     try:
@@ -129,13 +131,25 @@ def connect_ro(path: str | Path) -> sqlite3.Connection:
     return conn
 
 
+def check_output_path(path: str | Path) -> Path:
+    """An output file path: not a directory, in an existing folder (nothing is created outside it)."""
+    path = Path(path)
+    if path.is_dir():
+        raise ComputeDBError(f"{path}: is a directory; give a file name")
+    parent = path.parent
+    if not parent.is_dir():
+        what = "is not a directory" if parent.exists() else "does not exist"
+        raise ComputeDBError(f"{path}: cannot write (folder {parent} {what})")
+    return path
+
+
 def create(path: str | Path) -> None:
     """Create an empty compute DB (or validate an existing one)."""
     path = Path(path)
     if path.exists():
         connect_ro(path).close()
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
+    check_output_path(path)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
@@ -176,8 +190,7 @@ def write_rows(path: str | Path, rows: Iterable[KernelRow], create_missing: bool
 
 def write_fresh(path: str | Path, rows: Iterable[KernelRow]) -> int:
     """Write a new DB holding exactly `rows`, replacing `path` atomically (temp file + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = check_output_path(path)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".new", dir=path.parent)
     os.close(fd)
     os.unlink(tmp)
@@ -240,8 +253,11 @@ def summary(path: str | Path) -> list[tuple[str, str, str, int]]:
 
 def export_csv(db_path: str | Path, csv_path: str | Path, gpu: str | None = None) -> int:
     """Write rows as CSV (columns CSV_COLUMNS, seconds), atomically. Returns the row count."""
+    csv_path = check_output_path(csv_path)
     rows = read_rows(db_path, gpu)
-    csv_path = Path(csv_path)
+    if gpu is not None and not rows:
+        known = gpus_in(db_path)
+        raise ComputeDBError(f"--gpu: no rows for GPU {gpu!r} in {db_path} (GPUs in it: {', '.join(known) or 'none'})")
     fd, tmp = tempfile.mkstemp(prefix=csv_path.name + ".", suffix=".tmp", dir=csv_path.parent or ".")
     try:
         with os.fdopen(fd, "w", newline="") as fh:

@@ -1,7 +1,7 @@
 """PerfLLM-style API end to end (the seed documents' workflow, on clustersim).
 
-Run from the repository root:  python examples/perfllm_example.py [--quick]
-Reads that tool's JSON model / strategy / system files from examples/perfllm_configs/, estimates one
+Run from the repository root:  python examples/perfllm_example.py [--quick] [--model F --strategy F --system F]
+Reads that tool's JSON model / strategy / system files (default: examples/perfllm_configs/), estimates one
 iteration, prints the memory and cost analyses, then searches plans with recompute and writes
 ranked.csv, rejected_families.csv and pareto.png under examples/out/search_llama3_70b/ (or --dump).
 """
@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from pathlib import Path
 
 from sim.analysis.perfllm import PerfLLM
+from sim.errors import SimError
+from workload_gen.errors import WorkloadError
 
 HERE = Path(__file__).resolve().parent
 CFG = HERE / "perfllm_configs"
@@ -23,12 +27,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="smaller search space (a few seconds)")
     ap.add_argument("--dump", default=str(HERE / "out" / "search_llama3_70b"))
+    ap.add_argument("--model", default=str(CFG / "model_llama3_70b.json"), help="model config file")
+    ap.add_argument("--strategy", default=str(CFG / "strategy_llama3_70b_tp8_pp4_cp2.json"), help="strategy file")
+    ap.add_argument("--system", default=str(CFG / "system_h100.json"), help="system config file")
     args = ap.parse_args()
 
     perf_model = PerfLLM()
-    perf_model.configure(strategy_config=CFG / "strategy_llama3_70b_tp8_pp4_cp2.json",
-                         model_config=CFG / "model_llama3_70b.json",
-                         system_config=CFG / "system_h100.json")
+    perf_model.configure(strategy_config=args.strategy, model_config=args.model, system_config=args.system)
     perf_model.run_estimate()            # one training iteration
     mem_result = perf_model.analysis_mem()
     cost_result = perf_model.analysis_cost()
@@ -62,4 +67,11 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (SimError, WorkloadError) as exc:  # bad config files: one line naming file and key
+        print(f"perfllm_example: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except BrokenPipeError:  # piped into `head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)

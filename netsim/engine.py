@@ -63,6 +63,11 @@ class FlowEngine:
         self._act_ids = _EMPTY_I
         self._act_rem = _EMPTY_F
         self._act_rate = _EMPTY_F
+        # CSR of the active flows, maintained incrementally (vectorised filtering on departures)
+        self._act_lens = _EMPTY_I
+        self._act_fl = _EMPTY_I
+        self._act_fw = _EMPTY_F
+        self._act_caps = _EMPTY_F
         self._link_load = np.zeros(len(self.capacity_Bps))
         self._fin = _EMPTY_F
         self._fin_min = math.inf
@@ -116,14 +121,9 @@ class FlowEngine:
             if self.record_link_timeline:
                 self.link_timeline.append((self.now_s, self._link_load.copy()))
             return
-        links = [self._links[f] for f in ids]
-        ws = [self._w[f] for f in ids]
-        lens = np.fromiter((len(a) for a in links), dtype=np.int64, count=len(ids))
+        lens, fl, fw, caps = self._act_lens, self._act_fl, self._act_fw, self._act_caps
         ptr = np.zeros(len(ids) + 1, dtype=np.int64)
         np.cumsum(lens, out=ptr[1:])
-        fl = np.concatenate(links) if len(links) else _EMPTY_I
-        fw = np.concatenate(ws) if len(ws) else _EMPTY_F
-        caps = np.fromiter((self._cap[f] for f in ids), dtype=np.float64, count=len(ids))
         has_cap = bool(np.isfinite(caps).any())
         rates = maxmin_rates(self.capacity_Bps, ptr, fl, fw, caps if has_cap else None,
                              use_numba=self.use_numba)
@@ -218,12 +218,20 @@ class FlowEngine:
                 new.append(f)
         if keep_mask is not None or new:
             ids, rem = self._act_ids, self._act_rem
+            lens, fl, fw, caps = self._act_lens, self._act_fl, self._act_fw, self._act_caps
             if keep_mask is not None:
-                ids, rem = ids[keep_mask], rem[keep_mask]
+                entry_keep = np.repeat(keep_mask, lens)
+                ids, rem, lens, caps = ids[keep_mask], rem[keep_mask], lens[keep_mask], caps[keep_mask]
+                fl, fw = fl[entry_keep], fw[entry_keep]
             if new:
                 ids = np.concatenate([ids, np.asarray(new, dtype=np.int64)])
                 rem = np.concatenate([rem, np.asarray([self._bytes[f] for f in new])])
+                lens = np.concatenate([lens, np.asarray([len(self._links[f]) for f in new], dtype=np.int64)])
+                caps = np.concatenate([caps, np.asarray([self._cap[f] for f in new], dtype=np.float64)])
+                fl = np.concatenate([fl] + [self._links[f] for f in new])
+                fw = np.concatenate([fw] + [self._w[f] for f in new])
             self._act_ids, self._act_rem = ids, rem
+            self._act_lens, self._act_fl, self._act_fw, self._act_caps = lens, fl, fw, caps
             self._act_rate = np.zeros(len(ids))  # placeholder until the recompute below
             self._dirty = True
         for f in sorted(done):

@@ -12,13 +12,16 @@ set -euo pipefail
 args=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*)
       args+=("$1")
       # flags with a value: everything clustersim compare knows except the switches below
       case "$1" in
         --sp|--enable_sequence_parallel|--use-distributed-optimizer|--distributed-optimizer|--tp-comm-overlap|-q|--quiet)
           shift ;;
-        *) args+=("$2"); shift 2 ;;
+        *)
+          if [[ $# -lt 2 ]]; then echo "compare.sh: error: $1 needs a value" >&2; exit 2; fi
+          args+=("$2"); shift 2 ;;
       esac ;;
     *) args+=(--fabric "$1"); shift ;;
   esac

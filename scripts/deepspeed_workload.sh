@@ -10,10 +10,13 @@ want_default_out=1
 have_tp=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --frame) shift 2 ;;
+    --frame)
+      if [[ $# -lt 2 ]]; then echo "deepspeed_workload.sh: error: --frame: expected a value" >&2; exit 2; fi
+      shift 2 ;;
     --frame=*) shift ;;
-    --tensor_model_parallel_size|--tensor-model-parallel-size|--tp) have_tp=1; args+=("$1"); shift ;;
-    --simai|--simai-dir|--out|--simai=*|--simai-dir=*|--out=*) want_default_out=0; args+=("$1"); shift ;;
+    # any spelling of the TP flag, also --tp=4 and argparse prefixes: the user's TP is never overridden
+    --tp|--tp=*|--tensor[-_]*) have_tp=1; args+=("$1"); shift ;;
+    --simai|--simai-dir|--out|-o|--simai=*|--simai-dir=*|--out=*) want_default_out=0; args+=("$1"); shift ;;
     *) args+=("$1"); shift ;;
   esac
 done

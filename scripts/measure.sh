@@ -14,7 +14,12 @@ db="kernels.sqlite"
 args=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    --db|--aiob_db|--model_name|-m|--model_size)
+      if [[ $# -lt 2 ]]; then echo "measure.sh: error: $1: expected a value" >&2; exit 2; fi ;;
+  esac
+  case "$1" in
     --db|--aiob_db) db="$2"; shift 2 ;;
+    --db=*|--aiob_db=*) db="${1#*=}"; shift ;;
     --model_name) args+=(--model "$2"); shift 2 ;;
     -m|--model_size) args+=(--model "aicb-$2"); shift 2 ;;
     -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -22,4 +27,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-exec clustersim measure --db "$db" "${args[@]}"
+if command -v clustersim >/dev/null 2>&1; then
+  exec clustersim measure --db "$db" "${args[@]}"
+fi
+exec python -m sim.cli measure --db "$db" "${args[@]}"

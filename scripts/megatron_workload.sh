@@ -11,9 +11,11 @@ args=()
 want_default_out=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --frame) frame="$2"; shift 2 ;;
+    --frame)
+      if [[ $# -lt 2 ]]; then echo "megatron_workload.sh: error: --frame: expected a value" >&2; exit 2; fi
+      frame="$2"; shift 2 ;;
     --frame=*) frame="${1#--frame=}"; shift ;;
-    --simai|--simai-dir|--out|--simai=*|--simai-dir=*|--out=*) want_default_out=0; args+=("$1"); shift ;;
+    --simai|--simai-dir|--out|-o|--simai=*|--simai-dir=*|--out=*) want_default_out=0; args+=("$1"); shift ;;
     *) args+=("$1"); shift ;;
   esac
 done

@@ -16,6 +16,7 @@ import argparse
 import csv
 import io
 import json
+import math
 import os
 import sys
 import time
@@ -80,9 +81,14 @@ def build_inputs(job: dict):
     fabric = job.get("fabric") or ("spectrum-x" if world <= 4096 else "multi-pod")
     gpus = job.get("gpus")
     if gpus is None and not Path(fabric).is_file() and "gpus=" not in fabric:
-        gps = 8
-        if "gpus_per_server=" in fabric:
-            gps = int(fabric.split("gpus_per_server=")[1].split(",")[0])
+        from sim.inputs import parse_kv
+        gps_text = parse_kv(fabric.partition(":")[2], "fabric").get("gpus_per_server", "8")
+        try:
+            gps = int(gps_text)
+        except ValueError:
+            gps = 0
+        if gps <= 0:
+            raise SimError(f"fabric '{fabric}': gpus_per_server must be a positive integer (got '{gps_text}')")
         gpus = servers_for(world, gps)
     topology = make_topology(fabric, gpus=gpus, gpu_type=job.get("gpu_type"))
     from sim.inputs import default_gpu
@@ -121,7 +127,7 @@ def summary_row(label: dict, rep=None, error: str = "") -> dict:
     else:
         vals = [rep.iteration_time_s, rep.compute_s] + [rep.exposed_comm_s[k] for k in ("TP", "CP", "EP", "DP", "PP")]
         vals += [rep.bubble_s, rep.mfu, rep.tflops_per_gpu, rep.tokens_per_s_per_gpu]
-        row.update({k: f"{v:.6g}" for k, v in zip(keys, vals)})
+        row.update({k: f"{v:.6g}" if math.isfinite(v) else "n/a" for k, v in zip(keys, vals)})
     row["error"] = error
     return row
 
@@ -186,14 +192,21 @@ def cmd_run(args) -> int:
     from sim.report import format_summary, write_results
     if _is_default_run(args):
         job = dict(EXAMPLE_JOB)
-        job.update({k: v for k, v in (("gpus", args.gpus), ("gpu", args.gpu), ("mapping", args.mapping)) if v})
+        job.update({k: v for k, v in (("gpus", args.gpus), ("gpu", args.gpu), ("gpu_type", args.gpu_type),
+                                      ("mapping", args.mapping)) if v})
         if args.fabric:
             job["fabric"] = args.fabric
         job["network"], job["sampling"] = args.network, args.sampling
-        print("clustersim run: built-in example — AICB GPT-7B (-m 7), 32 x H100 on Spectrum-X 400 Gb/s, "
+        cluster = "32 x H100 on Spectrum-X 400 Gb/s"
+        if args.fabric or args.gpu or args.gpu_type or args.gpus:
+            cluster = "32 ranks on the cluster you gave"
+        print(f"clustersim run: built-in example — AICB GPT-7B (-m 7), {cluster}, "
               "TP4 (SP) x PP2 x DP4, 8 micro-batches of 4096 tokens", file=sys.stderr)
     else:
         job = _job_from_args(args)
+    if args.out != "-":
+        from sim.report import check_out_dir
+        check_out_dir(args.out)  # before minutes of simulation, not after
     t0 = time.perf_counter()
     rep = run_job(job, progress=_progress_wanted(args), trace=not args.no_trace or not args.no_charts)
     wall = time.perf_counter() - t0
@@ -241,6 +254,9 @@ def cmd_compare(args) -> int:
         for _, job in jobs:
             job["model"] = EXAMPLE_JOB["model"]
             job["plan"] = {**EXAMPLE_JOB["plan"], **job["plan"]}
+    if args.out != "-":
+        from sim.report import check_out_dir
+        check_out_dir(args.out)
     reports = []
     for label, job in jobs:
         if not args.quiet:
@@ -276,7 +292,8 @@ def format_compare(reports) -> str:
         e = rep.exposed_comm_s
         lines.append(f"{_label_text(label)[:w - 1]:<{w}s}{rep.iteration_time_s:10.4f}{rep.compute_s:9.3f}"
                      f"{e['TP']:8.3f}{e['CP']:8.3f}{e['EP']:8.3f}{e['DP']:8.3f}{e['PP']:8.3f}{rep.bubble_s:8.3f}"
-                     f"{100 * rep.mfu:7.1f}{rep.iteration_time_s / best:8.3f}x")
+                     + (f"{100 * rep.mfu:7.1f}" if math.isfinite(rep.mfu) else f"{'n/a':>7s}")
+                     + f"{rep.iteration_time_s / best:8.3f}x")
     lines.append("columns: seconds per iteration; TP..PP = exposed communication; MFU = model FLOPs / "
                  "(GPUs x T x peak)")
     return "\n".join(lines)
@@ -324,8 +341,25 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
     path.write_text(buf.getvalue())
 
 
+def _check_out_file(path: Path) -> None:
+    """One-line error (before any simulation) when `path` cannot be written as a file."""
+    if path.is_dir():
+        raise SimError(f"{path}: is a directory; give a CSV file name")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise SimError(f"{path}: {parent} is not a directory")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise SimError(f"{path}: {parent} is not writable")
+            return
+
+
 def _atomic_file(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _check_out_file(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SimError(f"{path}: cannot create {path.parent} ({exc.strerror})") from None
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         _write_csv(tmp, rows)
@@ -346,7 +380,12 @@ def sweep_jobs(base: dict, grids: list[str], fabrics: list[str] | None, networks
         values = [v.strip() for v in vals.split(",") if v.strip()]
         if not values:
             raise SimError(f"--grid '{g}': no values")
-        dims.append((k.strip().replace("-", "_"), values))
+        field = k.strip().replace("-", "_")
+        if field != "dp":
+            from sim.inputs import _coerce
+            for v in values:  # a misspelt field or value is a usage error, not a failed grid point
+                _coerce(field, v)
+        dims.append((field, values))
     fabric_vals = fabrics or [base.get("fabric")]
     network_vals = networks or [base.get("network") or "flow"]
     jobs = []
@@ -377,6 +416,7 @@ def cmd_sweep(args) -> int:
     if not base["workload"] and not base["model"]:
         raise SimError("sweep needs --model NAME|FILE or --workload FILE")
     jobs = sweep_jobs(base, args.grid or [], args.fabrics, args.networks)
+    _check_out_file(Path(args.out))
     comm = _mpi_comm()
     if comm is not None:
         rank, size = comm.Get_rank(), comm.Get_size()

@@ -91,6 +91,12 @@ def make_plan(base=None, **fields):
             fields["dp"] = int(dp)
         except ValueError:
             raise SimError(f"plan field 'dp': expected an integer, got '{dp}'") from None
+    if "dp" in fields and "world_size" in fields:
+        t = fields.get("tp", base.tp if base else 1) * fields.get("pp", base.pp if base else 1) \
+            * fields.get("cp", base.cp if base else 1)
+        if t * int(fields["dp"]) != int(fields["world_size"]):
+            raise SimError(f"plan: dp={fields['dp']} x tp*pp*cp={t} != world_size={fields['world_size']} "
+                           "(give one of --dp / --world-size)")
     if base is None:
         world = fields.get("world_size")
         if world is None:

@@ -207,13 +207,45 @@ def plot_timeline(rep, path: Path) -> None:
     plt.close(fig)
 
 
-def atomic_dir(out: str | Path, write) -> Path:
-    """Call write(tmp_dir) and move the finished directory to `out` (replacing an old results dir)."""
+RUN_FILES = ("summary.json", "summary.txt", "EndToEnd.csv", "trace.json", "breakdown.png", "timeline.png")
+COMPARE_FILES = ("compare.csv", "compare.txt", "compare.json", "compare.png")
+
+
+def check_out_dir(out: str | Path, owned: tuple[str, ...] = RUN_FILES + COMPARE_FILES) -> Path:
+    """Fail early (before simulating) when `out` cannot become a results directory.
+
+    An existing directory is replaced only when it is empty or holds nothing but files named in `owned`
+    (an earlier results directory): a user's directory with other content is never deleted.
+    """
     out = Path(out)
+    if not out.name or out.name in (".", "..") or out.resolve() == Path.cwd().resolve():
+        raise SimError(f"{out}: cannot replace this directory; give a new results directory name")
     if out.exists() and not out.is_dir():
         raise SimError(f"{out}: exists and is not a directory")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    if out.is_dir():
+        foreign = sorted(p.name for p in out.iterdir() if p.name not in owned)
+        if foreign:
+            raise SimError(f"{out}: directory exists and holds files clustersim did not write "
+                           f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); "
+                           "choose another output directory or remove it")
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise SimError(f"{out}: {parent} is not a directory")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise SimError(f"{out}: {parent} is not writable")
+            break
+    return out
+
+
+def atomic_dir(out: str | Path, write, owned: tuple[str, ...] = RUN_FILES + COMPARE_FILES) -> Path:
+    """Call write(tmp_dir) and move the finished directory to `out` (replacing an old results dir)."""
+    out = check_out_dir(out, owned)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    except OSError as exc:
+        raise SimError(f"{out}: cannot create the results directory ({exc.strerror})") from None
     os.chmod(tmp, 0o755)
     try:
         write(tmp)

@@ -13,6 +13,7 @@ Formulas reported (all per iteration, T = iteration time):
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -21,8 +22,16 @@ from sim.errors import SimError
 from sim.placement import Placement, place
 
 
+def _finite_or_none(x: float) -> float | None:
+    """JSON has no NaN: unknown metrics are written as null."""
+    return x if math.isfinite(x) else None
+
+
 @dataclass
 class StepReport:
+    """One simulated iteration; mfu / tflops_per_gpu / tokens_per_s_per_gpu are NaN when the workload
+    carries no FLOPs or sequence length (SimAI files)."""
+
     iteration_time_s: float
     compute_s: float
     exposed_comm_s: dict
@@ -57,9 +66,9 @@ class StepReport:
             "exposed_comm_s": dict(self.exposed_comm_s),
             "exposed_comm_total_s": self.exposed_total_s,
             "bubble_s": self.bubble_s,
-            "mfu": self.mfu,
-            "tflops_per_gpu": self.tflops_per_gpu,
-            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "mfu": _finite_or_none(self.mfu),
+            "tflops_per_gpu": _finite_or_none(self.tflops_per_gpu),
+            "tokens_per_s_per_gpu": _finite_or_none(self.tokens_per_s_per_gpu),
             "compute_sources": dict(self.compute_sources),
             "exposed_by_group_kind_s": dict(self.exposed_by_group_kind_s),
             "stages": list(self.stages),
@@ -184,9 +193,10 @@ def simulate(workload, topology, *, gpu: str, network="flow", db=None, placement
     }
     return StepReport(
         iteration_time_s=T, compute_s=compute, exposed_comm_s=exposed, bubble_s=bubble,
-        mfu=model_flops / (world * T * peak) if T > 0 and peak > 0 else 0.0,
-        tflops_per_gpu=executed / (world * T) / 1e12 if T > 0 else 0.0,
-        tokens_per_s_per_gpu=tokens / (T * world) if T > 0 else 0.0,
+        # NaN when the workload does not say (SimAI files carry kernel times, no FLOPs or sequence length)
+        mfu=model_flops / (world * T * peak) if T > 0 and peak > 0 and executed > 0 else math.nan,
+        tflops_per_gpu=executed / (world * T) / 1e12 if T > 0 and executed > 0 else math.nan,
+        tokens_per_s_per_gpu=tokens / (T * world) if T > 0 and meta["tokens_known"] else math.nan,
         compute_sources={k: v / total_kernel for k, v in sorted(by_source.items())},
         stages=stages, exposed_by_group_kind_s=by_kind, meta=meta, layers=res.layers, trace=res.trace,
         rep_ranks=res.rep_ranks, rep_gpus=[pl.gpu_of(r) for r in res.rep_ranks])

@@ -54,7 +54,7 @@ def register(subparsers) -> None:
     s.add_argument("-apbw", "--ap_bandwidth", dest="asw_psw_bandwidth_Bps", help="ASW-PSW rate (400Gbps)")
     s.add_argument("-app", "--asw_per_psw", dest="asw_per_psw", type=int, help="ASW ports per PSW (64)")
     c = p.add_argument_group("clustersim options")
-    c.add_argument("-o", "--output", help="output file or directory (default: SimAI's file name in .)")
+    c.add_argument("-o", "--output", "--out", dest="output", help="output file or directory (default: SimAI's file name in .)")
     c.add_argument("--pods", type=int, help="multi-pod: number of pods (default: as needed)")
     c.add_argument("--segments-per-pod", type=int, help="multi-pod: segments per pod")
     c.add_argument("--tor-oversubscription", type=float, help="multi-pod: ASW down/up bandwidth (sets PSWs per pod)")
@@ -78,6 +78,22 @@ def register(subparsers) -> None:
     c.add_argument("--radix", type=int, help="info: check switch port counts against this radix")
     c.add_argument("--json", action="store_true", help="info: print the summary as JSON")
     p.set_defaults(func=main)
+    p.parse_known_args = _positionals_anywhere(p.parse_known_args)
+
+
+def _positionals_anywhere(parse):
+    """Let `info FILE` / `draw FILE` words follow flags (`topo info --json FILE`, `topo draw -o x.png T`).
+
+    argparse fills a `*` positional from the first run of words only and reports later words as
+    unrecognized; those words belong to `what`. Unknown options stay unrecognized (error as before)."""
+    def parse_known_args(args=None, namespace=None):
+        ns, extras = parse(args, namespace)
+        words = [a for a in extras if not a.startswith("-")]
+        if words and not any(a.startswith("-") for a in extras):
+            ns.what = list(ns.what or []) + words
+            extras = []
+        return ns, extras
+    return parse_known_args
 
 
 _PARAMS = ("gpus", "gpus_per_server", "gpu_type", "nvswitch_per_server", "nvlink_bandwidth_Bps",
@@ -130,10 +146,14 @@ def _load(args, target: str):
         raise
 
 
-def _check_out_dir(out: str) -> None:
+def _output_path(out: str, default_name: str) -> str:
+    """`-o FILE|DIR`: an existing directory (or a path ending in '/') gets `default_name` inside it."""
+    if os.path.isdir(out) or out.endswith(("/", os.sep)):
+        out = os.path.join(out, default_name)
     d = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(d):
-        raise TopoError(f"-o: directory {d} does not exist")
+        raise TopoError(f"-o: {d} is not a directory" if os.path.exists(d) else f"-o: directory {d} does not exist")
+    return out
 
 
 def main(args) -> int:
@@ -149,10 +169,7 @@ def main(args) -> int:
     t = _build(args, what[0] if what else None)
     from topo.simai_file import write_simai_topology
 
-    out = args.output or t.name
-    if os.path.isdir(out):
-        out = os.path.join(out, t.name)
-    _check_out_dir(out)
+    out = _output_path(args.output or t.name, t.name)
     for note in t.notes:
         print(f"warning: {note}", file=sys.stderr)
     for w in write_simai_topology(t, out):
@@ -182,8 +199,7 @@ def _info(args, t) -> int:
 def _draw(args, t) -> int:
     from topo.draw import draw_topology
 
-    out = args.output or "topology.png"
-    _check_out_dir(out)
+    out = _output_path(args.output or "topology.png", "topology.png")
     draw_topology(t, out)
     print(f"wrote {out}")
     return 0

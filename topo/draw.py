@@ -24,6 +24,12 @@ def _rows(t: Topology) -> list[str]:
     return low + net  # bottom to top
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _save(fig, path: str) -> None:
     path = os.fspath(path)
     d = os.path.dirname(os.path.abspath(path))
@@ -31,6 +37,7 @@ def _save(fig, path: str) -> None:
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=110, format="png")
+        os.chmod(tmp, 0o666 & ~_umask())   # mkstemp creates 0600; give the file the user's usual mode
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -95,6 +95,9 @@ def write_simai_topology(t: Topology, path: str | os.PathLike) -> list[str]:
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)   # mkstemp creates 0600; give the file the user's usual mode
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -89,7 +89,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--gpu_type", "--gpu-type", help=argparse.SUPPRESS)
 
     o = p.add_argument_group("output")
-    o.add_argument("--out", help="write the native versioned JSON workload")
+    o.add_argument("--out", "-o", dest="out", help="write the native versioned JSON workload")
     o.add_argument("--ops-csv", help="write a flat CSV of every op")
     o.add_argument("--simai", help="write a SimAI workload text file (stage 0, GA unrolled)")
     o.add_argument("--simai-dir", help="write the SimAI file into this folder under an AICB-style name")
@@ -242,6 +242,16 @@ def run(args) -> int:
         print("\n".join(model))
         return 0
     plan = _plan(args, model)
+    from workload_gen.native_io import check_output_path
+    for flag, path in (("--out", args.out), ("--ops-csv", args.ops_csv), ("--simai", args.simai),
+                       ("--aicb-csv", args.aicb_csv)):
+        if path:   # fail before generating so that no output set is left half-written
+            try:
+                check_output_path(path)
+            except ConfigFileError as exc:
+                raise ConfigFileError(f"{flag}: {exc}") from None
+    if args.simai_dir and os.path.exists(args.simai_dir) and not os.path.isdir(args.simai_dir):
+        raise ConfigFileError(f"--simai-dir: {args.simai_dir}: exists and is not a directory")
     from workload_gen.generator import generate
     w = generate(model, plan)
     print(summary(w))
@@ -257,7 +267,10 @@ def run(args) -> int:
             outputs.append(("ops CSV", args.ops_csv))
         simai = args.simai
         if args.simai_dir:
-            os.makedirs(args.simai_dir, exist_ok=True)
+            try:
+                os.makedirs(args.simai_dir, exist_ok=True)
+            except OSError as exc:
+                raise ConfigFileError(f"--simai-dir: {args.simai_dir}: cannot create ({exc.strerror})") from None
             simai = str(Path(args.simai_dir) / simai_name(w))
         if simai:
             from workload_gen.simai_workload import write_simai_workload

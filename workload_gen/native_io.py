@@ -27,10 +27,27 @@ from workload_gen.workload import COMPUTE_KINDS, ChunkProgram, CommOp, ComputeOp
 FORMAT = "clustersim-workload"
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write `text` to a temporary file beside `path`, then rename it into place."""
+def check_output_path(path: str | os.PathLike) -> Path:
+    """Reject an output path that cannot be a file: an existing directory or a missing parent folder."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
+    if path.is_dir() or not path.name or path.name in (".", ".."):
+        raise ConfigFileError(f"{path}: is a directory; give a file name")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        what = "is not a directory" if parent.exists() else "does not exist"
+        raise ConfigFileError(f"{path}: cannot write (folder {parent} {what})")
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write `text` to a temporary file beside `path`, then rename it into place.
+
+    Errors name `path` (never the temporary name) as a one-line ConfigFileError."""
+    path = check_output_path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
+    except OSError as exc:
+        raise ConfigFileError(f"{path}: cannot write ({exc.strerror})") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(text)
@@ -38,6 +55,10 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)   # mkstemp creates 0600; give the file the user's usual mode
         os.replace(tmp, path)
+    except OSError as exc:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise ConfigFileError(f"{path}: cannot write ({exc.strerror})") from None
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

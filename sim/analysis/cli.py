@@ -111,6 +111,9 @@ def cmd_memory(args) -> int:
     model = load_model_any(args.model)
     plan = _plan_from_args(args, model)
     validate_plan(model, plan)
+    if args.json:
+        from sim.analysis.search import check_writable
+        check_writable(args.json)
     hw, _ = load_system(args.gpu, plan.dtype)
     sel = tuple(x.strip() for x in args.selective.split(",") if x.strip())
     bad = [x for x in sel if x not in ("attn", "mlp", "norm")]
@@ -186,6 +189,8 @@ def cmd_search(args) -> int:
     model = load_model_any(args.model)
     if args.world_size < 1 or args.gbs < 1:
         raise SimError("--world-size and --gbs must be positive")
+    from sim.analysis.search import check_writable
+    check_writable(args.out, directory=True)  # before the search, not after
     hw, extra = load_system(args.gpu, args.dtype)
     sp = tuple({"on": True, "off": False}[v] for v in _words(args.sp, "sp", ("on", "off")))
     etp = _ints(args.etp, "etp")
@@ -210,7 +215,10 @@ def cmd_search(args) -> int:
             return 0
     except ImportError:
         pass
-    os.makedirs(args.out, exist_ok=True)
+    try:
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as exc:
+        raise SimError(f"{args.out}: cannot create the output directory ({exc.strerror})") from None
     write_ranked_csv(res, os.path.join(args.out, "ranked.csv"))
     write_rejections_csv(res, os.path.join(args.out, "rejected_families.csv"))
     write_pareto_png(res, os.path.join(args.out, "pareto.png"),

@@ -407,7 +407,12 @@ class PerfLLM:
         if all_search_result is not None:
             all_search_result.extend(candidate_dict(c) for c in res.candidates)
         if dump_path:
-            os.makedirs(dump_path, exist_ok=True)
+            from sim.analysis.search import check_writable
+            check_writable(dump_path, directory=True)
+            try:
+                os.makedirs(dump_path, exist_ok=True)
+            except OSError as exc:
+                raise SimError(f"dump_path {dump_path}: cannot create ({exc.strerror})") from None
             write_ranked_csv(res, os.path.join(dump_path, "ranked.csv"))
             write_rejections_csv(res, os.path.join(dump_path, "rejected_families.csv"))
             write_pareto_png(res, os.path.join(dump_path, "pareto.png"), title=f"{self.model.name} on {world_size} GPUs")

@@ -416,9 +416,33 @@ def _row(i: int, c: Candidate) -> dict:
             "peak_path": c.peak_path}
 
 
+def check_writable(path: str, directory: bool = False) -> None:
+    """One-line SimError (raised before any work) when `path` cannot be written as a file (or directory)."""
+    from pathlib import Path
+
+    from sim.errors import SimError
+    p = Path(path)
+    if directory and p.exists() and not p.is_dir():
+        raise SimError(f"{path}: exists and is not a directory")
+    if not directory and p.is_dir():
+        raise SimError(f"{path}: is a directory; give a file name")
+    for parent in p.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise SimError(f"{path}: {parent} is not a directory")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise SimError(f"{path}: {parent} is not writable")
+            return
+
+
 def _atomic_write(path: str, data: bytes) -> None:
+    check_writable(path)
     d = os.path.dirname(os.path.abspath(path)) or "."
-    os.makedirs(d, exist_ok=True)
+    try:
+        os.makedirs(d, exist_ok=True)
+    except OSError as exc:
+        from sim.errors import SimError
+        raise SimError(f"{path}: cannot create {d} ({exc.strerror})") from None
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp_", suffix=os.path.basename(path))
     try:
         with os.fdopen(fd, "wb") as f:
@@ -470,15 +494,24 @@ def write_pareto_png(result: SearchResult, path: str, title: str = "") -> None:
                s=8, alpha=0.35, color="tab:blue", label=f"feasible plans ({len(feas)})")
     ax.plot([c.peak_mem_with_reserved_bytes / GiB for c in front], [c.iteration_time_s for c in front],
             "-o", color="tab:red", ms=4, label=f"Pareto front ({len(front)})")
+    # Top-K re-timed by the flow simulator are drawn at their flow time: the best plan is chosen by
+    # it, so drawing it at its screen time could show it dominated by its own neighbours.
+    confirmed = [c for c in result.ranked if math.isfinite(c.flow_iteration_time_s)]
+    if confirmed:
+        ax.scatter([c.peak_mem_with_reserved_bytes / GiB for c in confirmed],
+                   [c.flow_iteration_time_s for c in confirmed], marker="x", s=40, color="k", zorder=4,
+                   label=f"top {len(confirmed)} re-timed by flow simulation")
     if result.best is not None:
         b = result.best
-        ax.scatter([b.peak_mem_with_reserved_bytes / GiB], [b.iteration_time_s], marker="*", s=200,
-                   color="gold", edgecolor="k", zorder=5, label=f"best: {plan_label(b.plan)}")
+        flow = math.isfinite(b.flow_iteration_time_s)
+        ax.scatter([b.peak_mem_with_reserved_bytes / GiB], [b.flow_iteration_time_s if flow else b.iteration_time_s],
+                   marker="*", s=200, color="gold", edgecolor="k", zorder=5,
+                   label=f"best: {plan_label(b.plan)}" + (f" (flow {b.flow_iteration_time_s:.3f} s)" if flow else ""))
     if not math.isnan(result.memory_budget_bytes):
         ax.axvline(result.memory_budget_bytes / GiB, color="grey", ls="--", lw=1,
                    label=f"memory budget {result.memory_budget_bytes / GiB:.1f} GiB")
     ax.set_xlabel("peak memory per GPU incl. allocator reserve (GiB)")
-    ax.set_ylabel("iteration time (s, analytical screen)")
+    ax.set_ylabel("iteration time (s): dots analytical screen" + (", x flow" if confirmed else ""))
     ax.set_title(title or "step time vs peak memory")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper center")

@@ -100,3 +100,26 @@ def test_moe_search_covers_expert_parallelism():
     for c in res.ranked[:20]:
         validate_plan(m, c.plan)
     assert {c.plan.ep for c in res.candidates} == {1, 2, 4, 8}
+
+
+def test_pareto_png_draws_best_at_its_flow_time(small_search, tmp_path, monkeypatch):
+    """The best plan is chosen by its flow time; the chart must place it there, not at its screen time."""
+    import dataclasses
+
+    import matplotlib.axes
+
+    _, res = small_search
+    best = dataclasses.replace(res.ranked[0], flow_iteration_time_s=res.ranked[0].iteration_time_s * 0.9)
+    res2 = dataclasses.replace(res, ranked=[best, *res.ranked[1:]])
+    calls = []
+    orig = matplotlib.axes.Axes.scatter
+
+    def spy(self, x, y, *a, **kw):
+        calls.append((list(x), list(y), kw.get("label", "")))
+        return orig(self, x, y, *a, **kw)
+    monkeypatch.setattr(matplotlib.axes.Axes, "scatter", spy)
+    write_pareto_png(res2, str(tmp_path / "p.png"))
+    star = [c for c in calls if c[2].startswith("best:")]
+    assert star and star[0][1] == [pytest.approx(best.iteration_time_s * 0.9)]
+    assert "(flow " in star[0][2]
+    assert any(c[2].startswith("top 1 re-timed by flow") for c in calls)

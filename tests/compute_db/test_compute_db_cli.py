@@ -89,3 +89,48 @@ def test_import_aiob_and_vidur(tmp_path, capsys, shared_dir):
 
 def test_compute_db_without_action(capsys):
     assert main(["compute-db"]) == 2
+
+
+@pytest.mark.parametrize("argv,needle", [
+    # regressions from the CLI audit: a traceback, a silently created folder, a silent 0-row export
+    (["compute-db", "export-csv", "--out", "."], ".: is a directory"),
+    (["compute-db", "export-csv", "--out", "nodir/x.csv"], "folder nodir does not exist"),
+    (["compute-db", "export-csv", "--out", "x.csv", "--gpu", "V100"], "--gpu: no rows for GPU 'V100'"),
+    (["compute-db", "import-csv", "in.csv", "--db", "nodir/x.sqlite"], "folder nodir does not exist"),
+    (["compute-db", "import-csv", "in.csv", "--db", "."], "is a directory"),
+])
+def test_bad_output_paths_exit_2_and_create_nothing(tmp_path, monkeypatch, capsys, argv, needle):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in.csv").write_text("gpu,key,median_s\nH100,elementwise/fwd/fp16/numel=1024,1e-06\n")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1 and ".tmp" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+
+
+def test_export_csv_accepts_a_gpu_alias(tmp_path, capsys):
+    out = tmp_path / "a.csv"
+    assert main(["compute-db", "export-csv", "--gpu", "a100", "--out", str(out)]) == 0
+    lines = out.read_text().splitlines()
+    assert len(lines) > 1000 and all(line.startswith("A100-80GB,") for line in lines[1:])
+
+
+@pytest.mark.parametrize("flag", ["--db", "-m", "--model_name"])
+def test_measure_script_flag_without_value_exits_2(tmp_path, flag):
+    # regression: `scripts/measure.sh --db` died with bash's "unbound variable" and exit 1
+    import shutil
+    import subprocess
+    from pathlib import Path
+    if shutil.which("bash") is None:
+        pytest.skip("bash not available")
+    script = Path(__file__).resolve().parents[2] / "scripts" / "measure.sh"
+    r = subprocess.run(["bash", str(script), flag], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and f"{flag}: expected a value" in r.stderr and list(tmp_path.iterdir()) == []
+
+
+def test_out_flag_spellings_match_other_subcommands(tmp_path, capsys):
+    # `-o` / `--out` work for every command that writes one file (sim run/compare/sweep use both)
+    assert main(["compute-db", "export-csv", "-o", str(tmp_path / "a.csv"), "--gpu", "H100"]) == 0
+    assert main(["topo", "spectrum-x", "-g", "16", "--out", str(tmp_path / "t.txt")]) == 0
+    assert main(["workload", "gpt-1.7b", "--world-size", "8", "--gbs", "16", "-o", str(tmp_path / "w.json")]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv", "t.txt", "w.json"]

@@ -80,3 +80,22 @@ def test_measure_cli_on_tiny_workload(tmp_path, monkeypatch):
     assert len(rows) == 4 and {r.gpu for r in rows} == {"H100"}   # 4 distinct kernels
     kt = open_db(db).lookup(fwd[0], "H100")
     assert kt.source == "measured"
+
+
+@pytest.mark.parametrize("extra,needle", [
+    # regressions: these measured nothing and still exited 0 (creating an empty DB)
+    (["--kinds", "nosuch"], "--kinds: unknown kernel kind(s) nosuch"),
+    (["--kinds", "grouped_gemm"], "--kinds: the workload has no kernels of kind(s) grouped_gemm"),
+    (["--max-gb", "-1"], "--max-gb: must be > 0"),
+    (["--max-kernels", "0"], "--max-kernels: must be >= 1"),
+])
+def test_measure_rejects_options_that_select_nothing(tmp_path, monkeypatch, capsys, extra, needle):
+    pytest.importorskip("torch")
+    from sim.cli import main
+    op = ComputeOp("fc", "gemm", (("m", 16), ("n", 8), ("k", 32)), "bf16", 0.0, 0.0)
+    wl = Workload(model=None, plan=None, stages=[StageProgram(0, [ChunkProgram(0, (0,), [op], [])])])
+    monkeypatch.setattr("compute_db.cli._workload_from_args", lambda args: wl)
+    db = tmp_path / "m.sqlite"
+    assert main(["measure", "--workload", "unused.json", "--db", str(db), "--device", "cpu", *extra]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1 and not db.exists()

@@ -67,3 +67,46 @@ def test_gen_topo_script(tmp_path):
                          capture_output=True, text=True, env=env, timeout=60)
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "Spectrum-X_8g_8gps_400Gbps_H100").read_text().startswith("18 8 1 9 24 H100\n")
+
+
+@pytest.mark.parametrize("argv,needle", [
+    # regressions found in the CLI audit
+    (["topo", "Spectrum-X", "-g", "16", "-er", "2"], "-er: error rate must be between 0 and 1"),
+    (["topo", "Spectrum-X", "-g", "16", "-o", "missing_dir/"], "does not exist"),
+    (["topo", "Spectrum-X", "-g", "16", "-o", "afile/x.txt"], "afile is not a directory"),
+])
+def test_bad_output_and_error_rate_exit_2(tmp_path, monkeypatch, capsys, argv, needle):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_draw_and_write_into_a_directory_with_the_users_file_mode(tmp_path, monkeypatch, capsys):
+    # regression: `topo draw -o .` raised a traceback; files were created with mode 0600
+    monkeypatch.chdir(tmp_path)
+    old = os.umask(0o022)
+    try:
+        assert main(["topo", "draw", "spectrum-x", "-g", "16", "-o", "."]) == 0
+        assert main(["topo", "spectrum-x", "-g", "16", "-o", "."]) == 0
+    finally:
+        os.umask(old)
+    png, txt = tmp_path / "topology.png", tmp_path / "Spectrum-X_16g_8gps_400Gbps_H100"
+    assert png.read_bytes()[:4] == b"\x89PNG" and txt.read_text().startswith("90 8 2 ")
+    assert (png.stat().st_mode & 0o777) == 0o644 and (txt.stat().st_mode & 0o777) == 0o644
+
+
+def test_file_or_template_may_follow_flags(tmp_path, monkeypatch, capsys):
+    # regression: `topo info --json FILE` / `topo draw -o x.png TEMPLATE` failed with "unrecognized arguments"
+    monkeypatch.chdir(tmp_path)
+    assert main(["topo", "spectrum-x", "-g", "16", "-o", "t.txt"]) == 0
+    capsys.readouterr()
+    assert main(["topo", "info", "--json", "t.txt"]) == 0
+    assert '"gpus": 16' in capsys.readouterr().out
+    assert main(["topo", "draw", "-o", "x.png", "spectrum-x", "-g", "16"]) == 0
+    assert (tmp_path / "x.png").read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(SystemExit) as exc:   # unknown options are still rejected by argparse
+        main(["topo", "info", "--bogus", "t.txt"])
+    assert exc.value.code == 2

@@ -61,3 +61,50 @@ def test_plan_file_without_seq_length_uses_the_models(tmp_path, capsys):
                     "seq_length: 2048\n")
     assert main(["workload", "llama2-7b", "--plan-file", str(plan)]) == 0
     assert ", seq 2048," in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flag", ["--out", "--ops-csv", "--simai", "--aicb-csv"])
+def test_output_path_that_is_a_directory_or_has_no_folder_exits_2(tmp_path, capsys, flag):
+    # regression: `--out .` / `--ops-csv DIR` raised a traceback; missing folders named the temp file
+    base = ["workload", "gpt-1.7b", "--world-size", "8", "--gbs", "16"]
+    for path, want in ((str(tmp_path), "is a directory"), (str(tmp_path / "no" / "x.txt"), "does not exist")):
+        rc = main(base + ["--out", str(tmp_path / "ok.json"), flag, path] if flag != "--out" else base + [flag, path])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.startswith(f"clustersim: error: {flag}: {path}: ") and want in err
+        assert err.count("\n") == 1 and ".tmp" not in err
+    # checked before anything is written: no half set of outputs
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_simai_dir_that_is_a_file_exits_2(tmp_path, capsys):
+    f = tmp_path / "file"
+    f.write_text("x")
+    rc = main(["workload", "gpt-1.7b", "--world-size", "8", "--gbs", "16", "--simai-dir", str(f)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--simai-dir" in err and "not a directory" in err and err.count("\n") == 1
+
+
+def _script(name, args, cwd):
+    import shutil
+    import subprocess
+    from pathlib import Path
+    if shutil.which("bash") is None:
+        pytest.skip("bash not available")
+    script = Path(__file__).resolve().parents[2] / "scripts" / name
+    return subprocess.run(["bash", str(script), *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("tp_flag", [["--tp=2"], ["--tensor_model_parallel_size=2"],
+                                     ["--tensor_model_parallel_size", "2"]])
+def test_deepspeed_script_honours_tp_in_every_spelling(tmp_path, tp_flag):
+    # regression: `--tp=2` / `--tensor_model_parallel_size=2` were overridden by the script's default --tp 1
+    r = _script("deepspeed_workload.sh", ["gpt-1.7b", "--world_size", "8", "--global_batch", "16", *tp_flag,
+                                          "--simai", str(tmp_path / "w.txt")], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "tp 2 x cp 1 x pp 1 x dp 4" in r.stdout
+
+
+@pytest.mark.parametrize("name", ["deepspeed_workload.sh", "megatron_workload.sh"])
+def test_scripts_reject_frame_without_value(tmp_path, name):
+    r = _script(name, ["gpt-1.7b", "--frame"], tmp_path)
+    assert r.returncode == 2 and "--frame: expected a value" in r.stderr and list(tmp_path.iterdir()) == []
