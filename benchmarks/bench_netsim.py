@@ -5,7 +5,9 @@
   ring-1024-spectrum-x   1 GiB ring all-reduce across 1,024 GPUs on Spectrum-X, flow
                          backend, topology build excluded, routing included           (< 5 s)
   a2a-64-flow            64-GPU all-to-all (4,032 flows), flow backend
-  sim-style-mix          256 concurrent collectives from 64 groups on 512 GPUs
+  sim-style-mix          288 concurrent collectives (TP all-reduce, DP reduce-scatter) on 512 GPUs
+  contention-1024        336 collectives on 1,024 GPUs: TP all-reduce x 256, DP reduce-scatter
+                         (128-GPU rings) x 16, 32-GPU all-to-all x 64, staggered starts
 
 The allocation instances: each flow crosses 2..8 random links (a fat-tree route has 2..6 hops),
 unit weights, capacities 10-50 GB/s. The printed "alloc" time is the allocation alone; the harness
@@ -114,6 +116,34 @@ def sim_mix():
             f"{net.engine.num_flows} flows, {net.engine.recomputes} rate recomputations")
 
 
+def contention_1024():
+    import random
+
+    import netsim
+    import topo
+
+    R = netsim.CollectiveRequest
+    t = topo.build("spectrum-x", gpus=1024)
+    t0 = time.perf_counter()
+    net = netsim.make_backend("flow", t)
+    rng = random.Random(1)
+    reqs = []
+    for rep in range(2):
+        for g in range(128):
+            reqs.append((rep * 2e-3 + rng.random() * 1e-4, R("all_reduce", tuple(range(g * 8, g * 8 + 8)), 32 << 20)))
+        for j in range(8):
+            reqs.append((rep * 2e-3 + rng.random() * 1e-4, R("reduce_scatter", tuple(range(j, 1024, 8)), 256 << 20)))
+        for g in range(32):
+            reqs.append((rep * 2e-3 + rng.random() * 1e-4, R("all_to_all", tuple(range(g * 32, g * 32 + 32)), 64 << 20)))
+    reqs.sort(key=lambda x: x[0])
+    done: list[float] = []
+    for ts, r in reqs:
+        net.submit(r, ts, done.append)
+    net.run_until_idle()
+    return (f"simulated in {time.perf_counter() - t0:.2f} s; {len(done)} collectives, {net.engine.num_flows} flows, "
+            f"{net.engine.recomputes} rate recomputations, last done at {max(done) * 1e3:.2f} ms")
+
+
 if __name__ == "__main__":
     run_cases({
         "maxmin-100k-numba": maxmin_numba,
@@ -121,4 +151,5 @@ if __name__ == "__main__":
         "ring-1024-spectrum-x": ring_1024,
         "a2a-64-flow": a2a_64,
         "sim-style-mix": sim_mix,
+        "contention-1024": contention_1024,
     })

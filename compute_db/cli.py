@@ -100,7 +100,7 @@ def register(subparsers) -> None:
 
     p = sub.add_parser("export-csv", help="write a DB's rows as CSV (seconds)")
     _db_arg(p)
-    p.add_argument("--out", "-o", dest="out", required=True, metavar="CSV")
+    p.add_argument("--out", "-o", dest="out", required=True, metavar="CSV", help="CSV file to write; - = stdout")
     p.add_argument("--gpu", help="only this GPU's rows")
     p.set_defaults(func=cmd_export_csv)
 
@@ -251,7 +251,7 @@ def cmd_export_csv(args) -> int:
         except ComputeDBError:
             pass
     n = store.export_csv(path, args.out, gpu)
-    print(f"wrote {n} rows to {args.out}")
+    print(f"wrote {n} rows to {'stdout' if args.out == '-' else args.out}", file=sys.stderr if args.out == "-" else sys.stdout)
     return 0
 
 

@@ -30,6 +30,7 @@ import pandas as pd
 from compute_db.errors import ComputeDBError
 from compute_db.keys import KernelKey, make_key
 from compute_db.store import KernelRow
+from workload_gen.vocab import padded_vocab_size
 
 VIDUR_GPU_NAMES = {"a100": "A100-80GB", "h100": "H100"}
 VIDUR_OPS = ("emb", "input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",

@@ -251,22 +251,34 @@ def summary(path: str | Path) -> list[tuple[str, str, str, int]]:
         conn.close()
 
 
+def _write_csv_rows(fh, rows: list[KernelRow]) -> None:
+    w = csv.writer(fh)
+    w.writerow(CSV_COLUMNS)
+    for r in rows:
+        d = asdict(r)
+        d["key"] = r.key.text()
+        w.writerow([repr(d[c]) if isinstance(d[c], float) else d[c] for c in CSV_COLUMNS])
+
+
 def export_csv(db_path: str | Path, csv_path: str | Path, gpu: str | None = None) -> int:
-    """Write rows as CSV (columns CSV_COLUMNS, seconds), atomically. Returns the row count."""
-    csv_path = check_output_path(csv_path)
+    """Write rows as CSV (columns CSV_COLUMNS, seconds), atomically; `csv_path` "-" = stdout.
+
+    Returns the row count."""
+    to_stdout = str(csv_path) == "-"
+    if not to_stdout:
+        csv_path = check_output_path(csv_path)
     rows = read_rows(db_path, gpu)
     if gpu is not None and not rows:
         known = gpus_in(db_path)
         raise ComputeDBError(f"--gpu: no rows for GPU {gpu!r} in {db_path} (GPUs in it: {', '.join(known) or 'none'})")
+    if to_stdout:
+        import sys
+        _write_csv_rows(sys.stdout, rows)
+        return len(rows)
     fd, tmp = tempfile.mkstemp(prefix=csv_path.name + ".", suffix=".tmp", dir=csv_path.parent or ".")
     try:
         with os.fdopen(fd, "w", newline="") as fh:
-            w = csv.writer(fh)
-            w.writerow(CSV_COLUMNS)
-            for r in rows:
-                d = asdict(r)
-                d["key"] = r.key.text()
-                w.writerow([repr(d[c]) if isinstance(d[c], float) else d[c] for c in CSV_COLUMNS])
+            _write_csv_rows(fh, rows)
         os.chmod(tmp, 0o644)
         os.replace(tmp, csv_path)
     finally:

@@ -32,7 +32,7 @@ APPLICABLE = {
     "recv": ("p2p",),
 }
 
-DIRECT_BUNDLE_ABOVE = 32    # direct all-to-all over more ranks: one lock-step flow per shift
+DIRECT_BUNDLE_ABOVE = 8     # direct all-to-all over more ranks: one lock-step flow per shift
 
 
 @dataclass

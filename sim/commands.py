@@ -392,7 +392,7 @@ def sweep_jobs(base: dict, grids: list[str], fabrics: list[str] | None, networks
     for fab, net in itertools.product(fabric_vals, network_vals):
         for combo in itertools.product(*[v for _, v in dims]) if dims else [()]:
             plan = dict(base["plan"])
-            label = {"fabric": fab or "auto", "network": net}
+            label = {"fabric": (Path(fab).name if Path(fab).is_file() else fab) if fab else "auto", "network": net}
             for (k, _), v in zip(dims, combo):
                 plan[k] = v
                 label[k] = v

@@ -119,8 +119,12 @@ def chrome_trace(rep) -> dict:
             tid = len([k for k in tids if k[0] == pid])
             tids[key] = tid
             events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": thread}})
+        # round both ends, not start and duration: back-to-back events must not overlap by a rounding
+        # nanosecond (Perfetto treats partially overlapping slices of one thread as mis-nested)
+        ts_ns = round(start * 1e9)
+        end_ns = max(round((start + max(dur, 0.0)) * 1e9), ts_ns)
         events.append({"ph": "X", "pid": pid, "tid": tid, "name": name, "cat": cat,
-                       "ts": round(start * 1e6, 3), "dur": round(max(dur, 0.0) * 1e6, 3)})
+                       "ts": ts_ns / 1000, "dur": (end_ns - ts_ns) / 1000})
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"generator": "clustersim", "iteration_time_s": rep.iteration_time_s}}
 

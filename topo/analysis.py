@@ -181,6 +181,13 @@ def _rail_optimized(t: Topology) -> bool:
     return bool(multi) and all(len(by_tor[tor]) == 1 for tor in multi)
 
 
+def _ratio(v: float) -> str:
+    """down:up as people write it: 2:1 oversubscribed, 1:15 when the uplinks exceed the downlinks."""
+    if v >= 1 or v <= 0:
+        return f"{v:g}:1"
+    return f"1:{1 / v:.3g}"
+
+
 def format_summary(s: dict) -> str:
     def gbps(x: float) -> str:
         return f"{x * 8 / 1e9:,.0f} Gbps ({x / 1e9:,.1f} GB/s)"
@@ -191,7 +198,7 @@ def format_summary(s: dict) -> str:
              "nodes        " + ", ".join(f"{k} {v}" for k, v in s["nodes_per_tier"].items()),
              "cables       " + ", ".join(f"{k} {v}" for k, v in s["cables_per_kind"].items()),
              "ports (max)  " + (", ".join(f"{k} {v}" for k, v in s["max_ports_per_tier"].items()) or "-"),
-             "oversub      " + (", ".join(f"{k} {v:g}:1" for k, v in s["oversubscription"].items()) or "-")
+             "oversub      " + (", ".join(f"{k} {_ratio(v)}" for k, v in s["oversubscription"].items()) or "-")
              + "   (down / up bandwidth per tier)",
              f"injection    {gbps(s['injection_Bps'])} = {gbps(s['injection_per_gpu_Bps'])} per GPU"
              "   (GPU/NIC -> ToR, one direction)",

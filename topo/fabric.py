@@ -98,7 +98,7 @@ def build_fabric(spec: FabricSpec, name: str = "") -> Topology:
     if spec.host == "pcie":
         dom = 1
     else:
-        _need(dom % gps == 0, f"nvlink_domain_size: {dom} is not a multiple of "
+        _need(dom % gps == 0, f"{_flag(spec, 'nvlink_domain_size')}: {dom} is not a multiple of "
               f"{_flag(spec, 'gpus_per_server')} {gps}")
         _need(G % dom == 0, f"{_flag(spec, 'gpus')}: {G} GPUs is not a multiple of the NVLink domain size {dom}")
     b = _Builder()
@@ -109,7 +109,7 @@ def build_fabric(spec: FabricSpec, name: str = "") -> Topology:
     host_links: list[list[tuple[int, Rate, Rate, str]]] = [[] for _ in range(G)]
     if spec.host == "simai":
         n = spec.nvswitch_count
-        _need(n >= 0, "nvswitch_per_server: must be >= 0")
+        _need(n >= 0, f"{_flag(spec, 'nvswitch_per_server')}: must be >= 0")
         if n and dom == gps:
             base = b.add(servers * n, "nvswitch", "nvswitch")
             for g in range(G):
@@ -123,11 +123,11 @@ def build_fabric(spec: FabricSpec, name: str = "") -> Topology:
                 host_links[g] = [(base + d * n + k, spec.nvlink, spec.nvlink_latency, "nvlink") for k in range(n)]
     elif spec.host == "chips":
         n = spec.nvswitch_count
-        _need(n >= 1, "nvswitch_chips: must be >= 1")
+        _need(n >= 1, f"{_flag(spec, 'nvswitch_chips')}: must be >= 1")
         domains = G // dom
         base = b.add(domains * n, "nvswitch", "nvswitch")
         w = spec.nvlink_chip_links or (1,) * n
-        _need(len(w) == n and min(w) > 0, f"nvswitch_chip_links: need {n} positive port counts, got {list(w)}")
+        _need(len(w) == n and min(w) > 0, f"{_flag(spec, 'nvswitch_chip_links')}: need {n} positive port counts, got {list(w)}")
         per_chip = [Rate(spec.nvlink.value * x / sum(w), _fmt_rate(spec.nvlink.value * x / sum(w))) for x in w]
         for g in range(G):
             d = g // dom
@@ -146,11 +146,11 @@ def build_fabric(spec: FabricSpec, name: str = "") -> Topology:
     use_nics = spec.nics or spec.host == "pcie"
     if use_nics:
         k = spec.gpus_per_nic
-        _need(k >= 1 and gps % k == 0, f"gpus_per_nic: {k} must divide GPUs per server {gps}")
+        _need(k >= 1 and gps % k == 0, f"{_flag(spec, 'gpus_per_nic')}: {k} must divide GPUs per server {gps}")
         rails = gps // k
         if spec.host == "pcie":
             _need(rails % spec.pcie_switches_per_server == 0,
-                  f"gpus_per_nic: {rails} NICs per server must be a multiple of pcie_switches_per_server "
+                  f"{_flag(spec, 'gpus_per_nic')}: {rails} NICs per server must be a multiple of pcie_switches_per_server "
                   f"{spec.pcie_switches_per_server}")
         nic_base = b.add(servers * rails, "nic", "nic") if spec.network else -1
     else:
@@ -201,7 +201,9 @@ def build_fabric(spec: FabricSpec, name: str = "") -> Topology:
 
 def _flag(spec: FabricSpec, field: str) -> str:
     simai = {"gpus": "-g", "gpus_per_server": "-gps", "nics_per_asw": "-npa", "asw_per_psw": "-app",
-             "psw_per_pod": "-psn"}
+             "psw_per_pod": "-psn", "gpus_per_nic": "--gpus-per-nic", "nvlink_domain_size": "--nvlink-domain",
+             "nvswitch_chips": "--nvswitch-chips", "nvswitch_chip_links": "--nvswitch-chip-links",
+             "nvswitch_per_server": "-nsps"}
     return simai[field] if spec.label == "simai" else field
 
 

@@ -163,7 +163,15 @@ def build(template: str, **params) -> Topology:
                 "nvlink_latency_s": "-nl", "latency_s": "-l", "nic_bandwidth_Bps": "-bw",
                 "asw_count": "-asn", "nics_per_asw": "-npa", "psw_count": "-psn",
                 "asw_psw_bandwidth_Bps": "-apbw", "asw_per_psw": "-app", "nvswitch_per_server": "-nsps",
-                "error_rate": "-er", "gpu_type": "-gt"}.get(key, "--" + key.replace("_", "-"))
+                "error_rate": "-er", "gpu_type": "-gt", "pcie_bandwidth_Bps": "--pcie-bw",
+                "nic_bandwidth_per_gpu_Bps": "--nic-bw-per-gpu", "nvlink_domain_size": "--nvlink-domain",
+                "k": "-k"}.get(key, "--" + key.replace("_", "-"))
+
+    def positive(key: str) -> int:
+        v = _int(p, key, fl(key))
+        if v < 1:
+            raise TopoError(f"{fl(key)}: must be >= 1, got {v}")
+        return v
 
     dual_tor = bool(params.get("dual_tor", False))
     dual_plane = bool(params.get("dual_plane", False))
@@ -198,9 +206,9 @@ def build(template: str, **params) -> Topology:
     if "pcie_bandwidth_Bps" in p:
         spec.pcie = _rate(p, "pcie_bandwidth_Bps", fl("pcie_bandwidth_Bps"))
         spec.pcie_latency = _time(p, "pcie_latency_s", fl("pcie_latency_s"))
-    if p.get("nvswitch_chips"):
+    if p.get("nvswitch_chips") is not None:
         spec.host = "chips"
-        spec.nvswitch_count = _int(p, "nvswitch_chips", fl("nvswitch_chips"))
+        spec.nvswitch_count = positive("nvswitch_chips")
     if p.get("nvswitch_chip_links"):
         links = p["nvswitch_chip_links"]
         if isinstance(links, str):
@@ -248,12 +256,14 @@ def build(template: str, **params) -> Topology:
         spec.core = True
         key = "core_oversubscription" if "core_oversubscription" in p else "oversubscription"
         spec.core_oversubscription = _float(p, key, fl(key)) if key in p else 1.0
-        spec.core_radix = _int(p, "core_radix", fl("core_radix")) if "core_radix" in p else 64
-        spec.pods = _int(p, "pods", fl("pods")) if "pods" in p else 0
+        spec.core_radix = positive("core_radix") if "core_radix" in p else 64
+        spec.pods = positive("pods") if "pods" in p else 0
         if "segments_per_pod" in p:
-            spec.segments_per_pod = _int(p, "segments_per_pod", fl("segments_per_pod"))
+            spec.segments_per_pod = positive("segments_per_pod")
     elif t == "fat-tree":
-        k = _int(p, "k", "k")
+        k = _int(p, "k", fl("k"))
+        if k < 2 or k % 2:
+            raise TopoError(f"{fl('k')}: a k-ary fat-tree needs an even k >= 2, got {k}")
         spec.fat_tree_k = k
         if "gpus" not in params:
             eps = k ** 3 // 4

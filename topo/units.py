@@ -74,7 +74,10 @@ def format_number(x: float) -> str:
 def rate_of(value: float | str, what: str) -> tuple[float, str]:
     """Accept bytes/s or an ns-3 string; return (bytes/s, text to write)."""
     if isinstance(value, str):
-        return parse_rate(value, what), value.strip()
+        v = parse_rate(value, what)
+        if not v > 0:
+            raise TopoError(f"{what}: bandwidth must be > 0, got {value.strip()!r}")
+        return v, value.strip()
     if not value > 0:
         raise TopoError(f"{what}: bandwidth must be > 0, got {value}")
     return float(value), format_rate(value)

@@ -386,6 +386,9 @@ class PerfLLM:
         rejected_families.csv and pareto.png under `dump_path`."""
         if self.model is None:
             raise SimError("configure(model_config=..., system_config=...) first")
+        if dump_path:
+            from sim.analysis.search import check_writable
+            check_writable(dump_path, directory=True)  # before the search, not after
         seq = seq_len or (self.plan.seq_length if self.plan else self.model.seq_length)
         gbs = global_batch_size or world_size
         mbs = tuple(micro_batch_size) if isinstance(micro_batch_size, (list, tuple)) else (int(micro_batch_size),)
@@ -407,8 +410,6 @@ class PerfLLM:
         if all_search_result is not None:
             all_search_result.extend(candidate_dict(c) for c in res.candidates)
         if dump_path:
-            from sim.analysis.search import check_writable
-            check_writable(dump_path, directory=True)
             try:
                 os.makedirs(dump_path, exist_ok=True)
             except OSError as exc:

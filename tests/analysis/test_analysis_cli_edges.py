@@ -31,3 +31,34 @@ def test_search_out_is_a_file(tmp_path, capsys):
     assert main([*SEARCH, "--out", str(tmp_path / "afile" / "sub")]) == 2
     assert "afile is not a directory" in _err(capsys)
     assert (tmp_path / "afile").read_text() == "x"
+
+
+def test_perfllm_dump_path_is_a_file(tmp_path):
+    import pytest
+
+    from sim.analysis.perfllm import PerfLLM
+    from sim.errors import SimError
+    (tmp_path / "afile").write_text("x")
+    pm = PerfLLM()
+    pm.configure(model_config="llama3-8b", system_config="H100")
+    with pytest.raises(SimError, match="afile: exists and is not a directory"):
+        pm.search_best_parallel_strategy_with_recompute(world_size=8, global_batch_size=8, tp_search_list=[2],
+                                                        pp_search_list=[1], cp_search_list=[1],
+                                                        dump_path=str(tmp_path / "afile"))
+
+
+def test_perfllm_example_bad_config(tmp_path):
+    """The example script: a bad config file is one line naming file and key (exit 2), no traceback."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[2]
+    cfg = json.loads((repo / "examples" / "perfllm_configs" / "model_llama3_70b.json").read_text())
+    cfg.pop("hidden_size")
+    bad = tmp_path / "model.json"
+    bad.write_text(json.dumps(cfg))
+    r = subprocess.run([sys.executable, str(repo / "examples" / "perfllm_example.py"), "--quick", "--model", str(bad),
+                        "--dump", str(tmp_path / "d")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.strip() == f"perfllm_example: error: {bad}: key 'hidden_size': missing"

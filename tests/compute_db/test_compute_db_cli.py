@@ -134,3 +134,35 @@ def test_out_flag_spellings_match_other_subcommands(tmp_path, capsys):
     assert main(["topo", "spectrum-x", "-g", "16", "--out", str(tmp_path / "t.txt")]) == 0
     assert main(["workload", "gpt-1.7b", "--world-size", "8", "--gbs", "16", "-o", str(tmp_path / "w.json")]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv", "t.txt", "w.json"]
+
+
+_AIOB = "train_iter:10\nEmb:\n    time_gpu_max: 857\n    time_gpu_min: 782\n    time_gpu_avg: 799\n"
+
+
+@pytest.mark.parametrize("extra,needle", [
+    # regressions: --tp 0 raised ZeroDivisionError; --tp 3 silently wrote shapes no workload emits
+    (["--tp", "0"], "--tp: must be a positive integer, got 0"),
+    (["--tp", "3"], "--tp: must divide the model's num_attention_heads (got tp=3, num_attention_heads=32)"),
+    (["--micro-batch", "0"], "--micro-batch: must be a positive integer, got 0"),
+])
+def test_import_aiob_rejects_bad_parallel_shape(tmp_path, capsys, extra, needle):
+    f = tmp_path / "aiob.txt"
+    f.write_text(_AIOB)
+    db = tmp_path / "a.sqlite"
+    assert main(["compute-db", "import-aiob", str(f), "--db", str(db), "--gpu", "H100", "--model", "llama3-8b",
+                 *extra]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1 and not db.exists()
+
+
+def test_import_aiob_embedding_uses_megatrons_padded_vocab(tmp_path, capsys):
+    # GPT-3 vocab 51200 at TP 8 pads to 51200 -> 6400 rows per rank; llama2-7b 32000 at TP 8 -> 32768/8 = 4096
+    f = tmp_path / "aiob.txt"
+    f.write_text(_AIOB)
+    db = tmp_path / "a.sqlite"
+    assert main(["compute-db", "import-aiob", str(f), "--db", str(db), "--gpu", "H100", "--model", "llama2-7b",
+                 "--tp", "8"]) == 0
+    capsys.readouterr()
+    assert main(["compute-db", "export-csv", "--db", str(db), "-o", "-"]) == 0
+    out = capsys.readouterr().out
+    assert "embedding/fwd/bf16/tokens=4096,hidden=4096,vocab=4096" in out and out.startswith("gpu,key,")

@@ -218,11 +218,11 @@ def test_pxn_routes_through_nvlink_peer():
     kinds = [pxn.planner.view.channel_kind(c) for c in chans]
     assert kinds[0] == "nvlink" and "network" in kinds
     assert pxn.estimate(req) > 0
-    # with the backend option every flow uses PXN routes: GPU 0 -> GPU 9 of a direct all-to-all
-    # (flow index 8: pairs in (i, j) order) starts on NVLink, the plain backend on the network
-    g = tuple(range(16))
+    # with the backend option every flow uses PXN routes: a send GPU 0 -> GPU 9 (other rail) starts
+    # on NVLink; without it, it starts on the network
+    g = (0, 9)
     for net, first in ((pxn, "nvlink"), (plain, "network")):
-        f = net.planner.flows("all_to_all", "direct", g, net.planner.shape(g)[0])[8]
+        f = net.planner.flows("send", "p2p", g, net.planner.shape(g)[0])[0]
         kinds = {net.planner.view.channel_kind(int(c)) for c in f.channels}
         assert first in kinds and "network" in kinds
         assert ("nvlink" in kinds) == (first == "nvlink")

@@ -154,3 +154,29 @@ def test_engine_invariants_and_determinism():
     b = _random_run(5)
     assert len(a) == 200
     assert a == b
+
+
+def test_small_and_large_python_paths_agree():
+    from netsim.maxmin import _maxmin_small
+
+    for seed in range(3):
+        cap, paths, weights, fcap = random_instance(seed, 400, 60)
+        ptr, links, w = csr(paths, weights)
+        assert len(links) >= 512     # maxmin_rates_python takes its numpy set-up path
+        np.testing.assert_allclose(_maxmin_small(cap, ptr, links, w, fcap),
+                                   maxmin_rates_python(cap, ptr, links, w, fcap), rtol=1e-12)
+
+
+def test_backend_without_numba(monkeypatch):
+    """The pure-Python path gives the same collective times as the default path."""
+    topo = pytest.importorskip("topo")
+    import netsim
+    import netsim.maxmin as mm
+
+    t = topo.build("spectrum-x", gpus=16)
+    req = netsim.CollectiveRequest("all_to_all", tuple(range(16)), 64 << 20)
+    default = netsim.make_backend("flow", t).estimate(req)
+    monkeypatch.setattr(mm, "_NUMBA_TRIED", True)
+    monkeypatch.setattr(mm, "_NUMBA_IMPL", None)
+    assert not mm.numba_available()
+    assert netsim.make_backend("flow", t).estimate(req) == pytest.approx(default, rel=1e-9)

@@ -117,3 +117,24 @@ def test_built_in_example_honours_gpu_type(capsys):
 def test_dp_and_world_size_must_agree(capsys):
     assert main(["run", "-m", "llama3-8b", "--world-size", "8", "--tp", "2", "--dp", "2", "-o", "-"]) == 2
     assert "dp=2 x tp*pp*cp=2 != world_size=8" in _err(capsys)
+
+
+def test_trace_slices_of_one_thread_never_overlap(tmp_path):
+    """Back-to-back kernels used to overlap by a rounding nanosecond (ts and dur rounded separately),
+    which Perfetto reports as mis-nested slices."""
+    import json
+    from collections import defaultdict
+    out = tmp_path / "r"
+    args = [a for a in SMALL if a not in ("--no-trace",)]
+    assert main(["run", *args, "-o", str(out)]) == 0
+    trace = json.loads((out / "trace.json").read_text())
+    threads = defaultdict(list)
+    for e in trace["traceEvents"]:
+        assert e["ph"] in ("X", "M")
+        if e["ph"] == "X":
+            assert e["dur"] >= 0 and e["ts"] >= 0
+            threads[(e["pid"], e["tid"])].append((round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)))
+    assert len(threads) >= 4
+    for evs in threads.values():
+        evs.sort()
+        assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(evs, evs[1:]))

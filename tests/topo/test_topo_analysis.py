@@ -81,3 +81,12 @@ def test_draw_png(tmp_path):
         out = tmp_path / f"{tpl}.png"
         draw_topology(build(tpl, **kw), out)
         assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_undersubscribed_tier_printed_as_1_to_n(shared_dir):
+    # AlibabaHPN ASW: 16 x 200G down, 120 x 400G up -> 3.2T : 48T = 1:15 (was printed "0.0666667:1")
+    from topo.analysis import format_summary, summarize
+    from topo.simai_file import read_simai_topology
+    t = read_simai_topology(shared_dir / "data" / "simai_topologies" /
+                            "AlibabaHPN_128g_8gps_DualToR_SinglePlane_200Gbps_H100")
+    assert "oversub      asw 1:15 " in format_summary(summarize(t))

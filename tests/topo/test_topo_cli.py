@@ -110,3 +110,24 @@ def test_file_or_template_may_follow_flags(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as exc:   # unknown options are still rejected by argparse
         main(["topo", "info", "--bogus", "t.txt"])
     assert exc.value.code == 2
+
+
+@pytest.mark.parametrize("argv,needle", [
+    # regressions: a ZeroDivisionError traceback, misleading flags, zero values silently accepted
+    (["topo", "multi-pod", "-g", "1024", "--core-radix", "0"], "--core-radix: must be >= 1, got 0"),
+    (["topo", "multi-pod", "-g", "1024", "--pods", "0"], "--pods: must be >= 1, got 0"),
+    (["topo", "multi-pod", "-g", "1024", "--segments-per-pod", "0"], "--segments-per-pod: must be >= 1, got 0"),
+    (["topo", "fat-tree", "-k", "3"], "-k: a k-ary fat-tree needs an even k >= 2, got 3"),
+    (["topo", "spectrum-x", "-g", "16", "--nvswitch-chips", "0"], "--nvswitch-chips: must be >= 1, got 0"),
+    (["topo", "spectrum-x", "-g", "16", "-bw", "0Gbps"], "-bw: bandwidth must be > 0, got '0Gbps'"),
+    (["topo", "spectrum-x", "-g", "16", "-nvbw", "0Gbps"], "-nvbw: bandwidth must be > 0"),
+    (["topo", "spectrum-x", "-g", "16", "--nics", "--pcie-bw", "abc"], "--pcie-bw: bad rate 'abc'"),
+    (["topo", "spectrum-x", "-g", "16", "--nics", "--gpus-per-nic", "3"], "--gpus-per-nic: 3 must divide"),
+    (["topo", "spectrum-x", "-g", "16", "--nvlink-domain", "3"], "--nvlink-domain: 3 is not a multiple of -gps 8"),
+])
+def test_bad_template_parameters_name_the_cli_flag(tmp_path, monkeypatch, capsys, argv, needle):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"clustersim: error: {err.split('error: ', 1)[1]}" and needle in err and len(err.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
