@@ -176,6 +176,13 @@ def cmd_lookup(args) -> int:
 
 def cmd_calibrate(args) -> int:
     from compute_db.calibrate import format_table, leave_one_model_out
+    from compute_db.keys import FAMILY
+    known = sorted(set(FAMILY.values()))
+    unknown = sorted(set(args.family or ()) - set(known))
+    if unknown:
+        raise ComputeDBError(f"--family: unknown op family {', '.join(unknown)} (known: {', '.join(known)})")
+    if args.min_tokens < 0:
+        raise ComputeDBError(f"--min-tokens: must be >= 0, got {args.min_tokens}")
     db = _open(args)
     name = db.gpu(args.gpu).name
     errors = leave_one_model_out(db, name, args.min_tokens, tuple(args.family) if args.family else None)

@@ -22,7 +22,11 @@ while [[ $# -gt 0 ]]; do
     --db=*|--aiob_db=*) db="${1#*=}"; shift ;;
     --model_name) args+=(--model "$2"); shift 2 ;;
     -m|--model_size) args+=(--model "aicb-$2"); shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help)
+      sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+      echo
+      if command -v clustersim >/dev/null 2>&1; then exec clustersim measure --help; fi
+      exec python -m sim.cli measure --help ;;
     *) args+=("$1"); shift ;;
   esac
 done

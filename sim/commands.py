@@ -255,13 +255,17 @@ def cmd_compare(args) -> int:
             job["model"] = EXAMPLE_JOB["model"]
             job["plan"] = {**EXAMPLE_JOB["plan"], **job["plan"]}
     if args.out != "-":
-        from sim.report import check_out_dir
-        check_out_dir(args.out)
+        from sim.report import COMPARE_FILES, check_out_dir
+        check_out_dir(args.out, COMPARE_FILES)
     reports = []
     for label, job in jobs:
         if not args.quiet:
             print(f"simulating {label} ...", file=sys.stderr)
         reports.append((label, run_job(job)))
+    if len({rep.meta.get("gpu") for _, rep in reports}) > 1:
+        # fabrics of different GPU types change compute too: say so in every label
+        for label, rep in reports:
+            label["gpu"] = rep.meta.get("gpu")
     rows = [summary_row(label, rep) for label, rep in reports]
     table = format_compare(reports)
     print(table)
@@ -273,7 +277,8 @@ def cmd_compare(args) -> int:
                                                      indent=2, default=str) + "\n")
         plot_compare(reports, tmp / "compare.png")
     if args.out != "-":
-        out = atomic_dir(args.out, write)
+        from sim.report import COMPARE_FILES
+        out = atomic_dir(args.out, write, COMPARE_FILES)
         print(f"results in {out}/ (compare.csv, compare.png)")
     return 0
 

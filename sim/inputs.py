@@ -158,7 +158,32 @@ def make_topology(spec: str, gpus: int | None = None, gpu_type: str | None = Non
     kw.update({k: v for k, v in params.items() if v is not None})
     if ("/" in template or template.endswith((".txt", ".topo"))) and not p.exists():
         raise SimError(f"{spec}: topology file not found")
+    _default_nvlink_from_spec(template, kw)
     return topo.build(template, **kw)
+
+
+def _default_nvlink_from_spec(template: str, kw: dict) -> None:
+    """Use the GPU's NVLink line rate (one direction) unless the user gave one.
+
+    SimAI's generator default, 2880 Gbps (360 GB/s), is an *effective* H100 figure; netsim applies
+    its calibrated NVLink efficiency to the link rate itself, so simulations start from the datasheet
+    line rate of the topology's GPU (H100: 450 GB/s, A100: 300 GB/s per direction). `clustersim topo`
+    keeps SimAI's default so that its files stay byte-identical to SimAI's generator.
+    """
+    from compute_db.errors import ComputeDBError
+    from compute_db.gpus import get_gpu
+    from topo.errors import TopoError
+    from topo.templates import canonical_template
+    if "nvlink_bandwidth_Bps" in kw:
+        return
+    try:
+        if canonical_template(template) in ("nvl72", "nvl36", "pcie"):
+            return  # these set their own NVLink / PCIe figures
+        spec = get_gpu(str(kw.get("gpu_type", "H100")))
+    except (TopoError, ComputeDBError):
+        return  # unknown template / GPU: topo.build reports it (or keeps its defaults)
+    if spec.nvlink_Bps > 0:
+        kw["nvlink_bandwidth_Bps"] = spec.nvlink_Bps
 
 
 def default_gpu(topology, gpu: str | None) -> str:

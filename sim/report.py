@@ -215,7 +215,7 @@ RUN_FILES = ("summary.json", "summary.txt", "EndToEnd.csv", "trace.json", "break
 COMPARE_FILES = ("compare.csv", "compare.txt", "compare.json", "compare.png")
 
 
-def check_out_dir(out: str | Path, owned: tuple[str, ...] = RUN_FILES + COMPARE_FILES) -> Path:
+def check_out_dir(out: str | Path, owned: tuple[str, ...] = RUN_FILES) -> Path:
     """Fail early (before simulating) when `out` cannot become a results directory.
 
     An existing directory is replaced only when it is empty or holds nothing but files named in `owned`
@@ -242,7 +242,7 @@ def check_out_dir(out: str | Path, owned: tuple[str, ...] = RUN_FILES + COMPARE_
     return out
 
 
-def atomic_dir(out: str | Path, write, owned: tuple[str, ...] = RUN_FILES + COMPARE_FILES) -> Path:
+def atomic_dir(out: str | Path, write, owned: tuple[str, ...] = RUN_FILES) -> Path:
     """Call write(tmp_dir) and move the finished directory to `out` (replacing an old results dir)."""
     out = check_out_dir(out, owned)
     try:

@@ -30,9 +30,9 @@ def register(subparsers) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("model")
-    m.add_argument("model", nargs="?", help="zoo model name (see --list-models)")
+    m.add_argument("model", nargs="?", help="zoo model name (see --list-models) or a model file")
     m.add_argument("-m", "--model-size", dest="aicb_size", help="AICB model size: 7 13 22 175 405 moe deepseek671 ...")
-    m.add_argument("--model", dest="model_opt", help="zoo model name")
+    m.add_argument("--model", dest="model_opt", help="zoo model name or model file (as clustersim measure --model)")
     m.add_argument("--model-file", "--model_file", help="HuggingFace config.json or YAML model file")
     m.add_argument("--list-models", action="store_true", help="print the zoo names and exit")
     m.add_argument("--num-layers", "--num_layers", type=int)
@@ -65,7 +65,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--mbs", "--micro-batch-size", "--micro_batch", type=int)
     q.add_argument("--gbs", "--global-batch-size", "--global_batch", type=int)
     q.add_argument("--seq", "--seq-length", "--seq_length", type=int)
-    q.add_argument("--dtype", choices=["bf16", "fp16", "fp8"])
+    q.add_argument("--dtype", type=_dtype, choices=["bf16", "fp16", "fp8"],
+                   help="bf16 | fp16 | fp8 (AICB/torch spellings bfloat16, float16 accepted)")
     q.add_argument("--recompute", choices=["none", "selective", "full"])
     q.add_argument("--recompute-activations", "--recompute_activations", action="store_true",
                    help="(AICB/Megatron) selective recompute")
@@ -96,6 +97,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--aicb-csv", help="write an AICB-style per-op CSV log (stage 0, one iteration)")
 
 
+_DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float8": "fp8"}
+
+
+def _dtype(text: str) -> str:
+    return _DTYPE_ALIASES.get(text.strip().lower(), text.strip().lower())
+
+
 def _model(args):
     from workload_gen.zoo import get_model, list_models
     if args.list_models:
@@ -115,7 +123,14 @@ def _model(args):
     elif len(set(names)) > 1:
         raise WorkloadError(f"model: more than one model given ({', '.join(names)})")
     elif names:
-        model = get_model(names[0])
+        try:
+            model = get_model(names[0])
+        except WorkloadError:
+            if not Path(names[0]).is_file():
+                raise
+            # a model file, as `clustersim measure --model` takes
+            from workload_gen.config_io import load_model
+            model = load_model(names[0])
     else:
         raise WorkloadError("model: give a zoo model name, -m SIZE or --model-file (see --list-models)")
     over = {"num_layers": args.num_layers, "hidden_size": args.hidden_size,
@@ -250,6 +265,8 @@ def run(args) -> int:
                 check_output_path(path)
             except ConfigFileError as exc:
                 raise ConfigFileError(f"{flag}: {exc}") from None
+    if args.simai and args.simai_dir:
+        raise ConfigFileError("--simai-dir: give either --simai FILE or --simai-dir DIR, not both")
     if args.simai_dir and os.path.exists(args.simai_dir) and not os.path.isdir(args.simai_dir):
         raise ConfigFileError(f"--simai-dir: {args.simai_dir}: exists and is not a directory")
     from workload_gen.generator import generate

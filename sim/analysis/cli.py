@@ -189,6 +189,10 @@ def cmd_search(args) -> int:
     model = load_model_any(args.model)
     if args.world_size < 1 or args.gbs < 1:
         raise SimError("--world-size and --gbs must be positive")
+    if not args.gmi_error >= 0:  # a negative headroom would call plans larger than the device feasible
+        raise SimError(f"--gmi-error: expected GiB >= 0 (got {args.gmi_error:g})")
+    if args.top_k < 0 or args.workers < 1:
+        raise SimError(f"--top-k must be >= 0 and --workers >= 1 (got {args.top_k}, {args.workers})")
     from sim.analysis.search import check_writable
     check_writable(args.out, directory=True)  # before the search, not after
     hw, extra = load_system(args.gpu, args.dtype)

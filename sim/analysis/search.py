@@ -261,6 +261,9 @@ def search(model, world_size: int, global_batch_size: int, *, gpu: str = "H100",
            progress: bool = False, max_candidates: int | None = None) -> SearchResult:
     """Search the plan space for the fastest plan that fits (see module docstring)."""
     from sim.analysis.steptime import hardware_from_gpu
+    if not gmi_error_GiB >= 0:  # negative headroom would report plans larger than the device as feasible
+        from sim.errors import SimError
+        raise SimError(f"gmi_error: expected GiB >= 0 (got {gmi_error_GiB!r})")
     t0 = time.perf_counter()
     seq = seq_length or model.seq_length
     hw = hw or hardware_from_gpu(gpu, dtype)

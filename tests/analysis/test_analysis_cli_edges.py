@@ -62,3 +62,22 @@ def test_perfllm_example_bad_config(tmp_path):
                         "--dump", str(tmp_path / "d")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert r.stderr.strip() == f"perfllm_example: error: {bad}: key 'hidden_size': missing"
+
+
+def test_search_rejects_negative_headroom_and_bad_counts(tmp_path, capsys):
+    """--gmi-error -5 used to raise the budget above the device memory and call too-large plans feasible."""
+    import pytest
+
+    from sim.analysis.search import search
+    from sim.errors import SimError
+    from workload_gen.zoo import get_model
+    out = ["--out", str(tmp_path / "s")]
+    assert main([*SEARCH, "--gmi-error", "-5", *out]) == 2
+    assert "--gmi-error: expected GiB >= 0 (got -5)" in _err(capsys)
+    assert main([*SEARCH, "--top-k", "-1", *out]) == 2
+    assert "--top-k must be >= 0" in _err(capsys)
+    assert main([*SEARCH, "--workers", "0", *out]) == 2
+    assert "--workers >= 1" in _err(capsys)
+    with pytest.raises(SimError, match="gmi_error"):
+        search(get_model("llama3-8b"), 8, 8, gmi_error_GiB=-1.0, confirm=False)
+    assert not (tmp_path / "s").exists()

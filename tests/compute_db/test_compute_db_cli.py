@@ -166,3 +166,21 @@ def test_import_aiob_embedding_uses_megatrons_padded_vocab(tmp_path, capsys):
     assert main(["compute-db", "export-csv", "--db", str(db), "-o", "-"]) == 0
     out = capsys.readouterr().out
     assert "embedding/fwd/bf16/tokens=4096,hidden=4096,vocab=4096" in out and out.startswith("gpu,key,")
+
+
+@pytest.mark.parametrize("extra,needle", [
+    # regressions: an unknown family printed an empty table with exit 0; negative token floors were taken
+    (["--family", "nosuch"], "--family: unknown op family nosuch (known: cross_entropy, elementwise"),
+    (["--min-tokens", "-5"], "--min-tokens: must be >= 0, got -5"),
+])
+def test_calibrate_rejects_bad_options(capsys, extra, needle):
+    assert main(["compute-db", "calibrate", "--gpu", "H100", *extra]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1
+
+
+def test_calibrate_marks_families_the_token_filter_cannot_apply_to(capsys):
+    # element-wise keys carry numel, not tokens: they were silently reported as ">= 64 tokens"
+    assert main(["compute-db", "calibrate", "--gpu", "H100", "--family", "elementwise", "--family", "gemm"]) == 0
+    out = capsys.readouterr().out
+    assert "| elementwise * |" in out and "| gemm |" in out and out.rstrip().splitlines()[-1].startswith("* all sizes")

@@ -35,6 +35,9 @@ def test_previous_results_directory_is_replaced(tmp_path):
     assert main(["run", *SMALL, "-o", str(out)]) == 0
     assert main(["run", *SMALL, "-o", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["EndToEnd.csv", "summary.json", "summary.txt"]
+    # compare does not replace a run's results (nor run a compare's)
+    assert main(["compare", *SMALL[:-2], "-t", "spectrum-x", "-o", str(out)]) == 2
+    assert (out / "summary.json").exists()
 
 
 def test_output_below_a_file_or_cwd_is_one_line(tmp_path, capsys, monkeypatch):
@@ -138,3 +141,11 @@ def test_trace_slices_of_one_thread_never_overlap(tmp_path):
     for evs in threads.values():
         evs.sort()
         assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(evs, evs[1:]))
+
+
+def test_compare_labels_gpu_when_fabrics_differ_in_gpu(shared_dir, capsys):
+    topo_dir = shared_dir / "data" / "simai_topologies"
+    a100, h100 = topo_dir / "Spectrum-X_128g_8gps_100Gbps_A100", topo_dir / "Spectrum-X_128g_8gps_400Gbps_H100"
+    assert main(["compare", *SMALL[:-2], "-t", str(a100), "-t", str(h100), "-o", "-"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].startswith(f"{a100.name} | A100-80GB ") and lines[3].startswith(f"{h100.name} | H100 ")

@@ -108,3 +108,30 @@ def test_deepspeed_script_honours_tp_in_every_spelling(tmp_path, tp_flag):
 def test_scripts_reject_frame_without_value(tmp_path, name):
     r = _script(name, ["gpt-1.7b", "--frame"], tmp_path)
     assert r.returncode == 2 and "--frame: expected a value" in r.stderr and list(tmp_path.iterdir()) == []
+
+
+def test_model_argument_may_be_a_file_like_measure(tmp_path, capsys):
+    # `clustersim measure --model FILE` takes a file; `clustersim workload --model FILE` said "unknown model"
+    f = tmp_path / "tiny.yaml"
+    f.write_text("name: tiny\nnum_layers: 2\nhidden_size: 128\nnum_attention_heads: 4\nffn_hidden_size: 256\n"
+                 "vocab_size: 1000\n")
+    for argv in (["workload", str(f)], ["workload", "--model", str(f)]):
+        assert main(argv + ["--world-size", "2", "--gbs", "2"]) == 0
+        assert capsys.readouterr().out.startswith("model tiny: 2 layers, hidden 128")
+    assert main(["workload", str(tmp_path / "missing.yaml")]) == 2
+    assert "unknown model" in capsys.readouterr().err
+
+
+def test_simai_and_simai_dir_together_exit_2(tmp_path, capsys):
+    # regression: --simai FILE was silently ignored when --simai-dir was also given
+    rc = main(["workload", "gpt-1.7b", "--world-size", "8", "--gbs", "16", "--simai", str(tmp_path / "a.txt"),
+               "--simai-dir", str(tmp_path / "d")])
+    assert rc == 2 and "not both" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+def test_aicb_dtype_spellings(capsys):
+    # AICB users type torch names (--dtype bfloat16); these were rejected by argparse
+    assert main(["workload", "gpt-1.7b", "--world-size", "8", "--gbs", "16", "--dtype", "bfloat16"]) == 0
+    assert ", bf16," in capsys.readouterr().out
+    assert main(["workload", "gpt-1.7b", "--world-size", "8", "--gbs", "16", "--dtype", "float16"]) == 0
+    assert ", fp16," in capsys.readouterr().out
