@@ -3,8 +3,11 @@
 Usage from a benchmark script:
     from harness import run_cases
     run_cases({"name": "python.module:function", ...})   # or callables defined in the script
-A case is a zero-argument function; its own peak RSS is measured in a child process so cases
-don't pollute each other. Output: one line per case, `name  wall_s  peak_rss_MB  [extra]`.
+A case is a zero-argument function defined at module level of a script guarded by
+`if __name__ == "__main__"`. Each case runs in a fresh interpreter (multiprocessing "spawn"), so its
+peak RSS is that of a whole process doing only this job (interpreter and imports included); wall time
+covers the call of the case function (imports excluded). Output: one line per case,
+`name  wall_s  peak_rss_MB  [extra]`.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ def _child(fn: Callable[[], object], conn) -> None:
 
 
 def run_case(name: str, fn: Callable[[], object]) -> tuple[float, float, str]:
-    ctx = mp.get_context("fork")
+    ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(fn, child))
     proc.start()
