@@ -10,6 +10,7 @@ Times cover workload generation, topology build, compute lookup and the simulati
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -30,7 +31,8 @@ def _run(job: dict) -> str:
     from sim.commands import run_job
     rep = run_job(job)
     m = rep.meta
-    return (f"iteration {rep.iteration_time_s:.4f} s, MFU {100 * rep.mfu:.1f}%, "
+    mfu = f"{100 * rep.mfu:.1f}%" if math.isfinite(rep.mfu) else "n/a"   # SimAI files carry no FLOPs
+    return (f"iteration {rep.iteration_time_s:.4f} s, MFU {mfu}, "
             f"{m['network_collectives']} net / {m['estimated_collectives']} estimated collectives")
 
 

@@ -221,6 +221,11 @@ def cmd_run(args) -> int:
         print(format_summary(rep))
         print(f"simulated in {wall:.2f} s ({rep.meta['network_collectives']} network collectives)"
               + (f"; results in {out}/" if out else ""))
+    from sim.memory_fit import memory_warning
+    warning = memory_warning(rep.memory)
+    if warning:   # a warning, not an error: the time estimate of the plan is still useful
+        sys.stdout.flush()
+        print(warning, file=sys.stderr)
     return 0
 
 

@@ -49,6 +49,8 @@ def format_summary(rep, title: str = "") -> str:
         lines.append(f"{'tokens/s per GPU':<28s}{rep.tokens_per_s_per_gpu:14.1f}")
     else:
         lines.append(f"{'tokens/s per GPU':<28s}{'n/a':>14s}     (sequence length unknown)")
+    from sim.memory_fit import format_memory
+    lines.append(format_memory(rep.memory))
     src = ", ".join(f"{k} {100 * v:.1f}%" for k, v in rep.compute_sources.items())
     lines.append(f"{'kernel time provenance':<28s}{src}")
     return "\n".join(lines)

@@ -9,6 +9,8 @@ Formulas reported (all per iteration, T = iteration time):
 - tokens_per_s_per_gpu = global_batch_size * seq_length / (T * world_size).
 - compute_sources: fraction of executed kernel time per compute_db provenance
   ("measured", "interpolated", "modeled", "given").
+- memory: peak per-GPU memory of the plan (sim.analysis.memory) against the GPU's HBM
+  (sim.memory_fit); fields are None for imported SimAI workloads.
 """
 
 from __future__ import annotations
@@ -47,12 +49,14 @@ class StepReport:
     trace: list = field(default_factory=list, repr=False)
     rep_ranks: list = field(default_factory=list, repr=False)
     rep_gpus: list = field(default_factory=list, repr=False)
+    memory: dict | None = None      # sim.memory_fit.memory_fit: peak bytes per GPU, capacity, fits
 
     FORMULAS = {
         "mfu": "model FLOPs (no recompute) of all ranks / (world_size * iteration_time_s * peak dense FLOP/s of plan dtype)",
         "tflops_per_gpu": "executed FLOPs (recompute included) of all ranks / (world_size * iteration_time_s) / 1e12",
         "tokens_per_s_per_gpu": "global_batch_size * seq_length / (iteration_time_s * world_size)",
         "time_split": "mean over pipeline stages of each stage representative's compute / exposed comm / bubble; sums to iteration_time_s",
+        "memory_fits": "peak reserved bytes per GPU (stage with the largest) + CUDA context <= GPU HBM bytes",
     }
 
     @property
@@ -71,6 +75,7 @@ class StepReport:
             "tokens_per_s_per_gpu": _finite_or_none(self.tokens_per_s_per_gpu),
             "compute_sources": dict(self.compute_sources),
             "exposed_by_group_kind_s": dict(self.exposed_by_group_kind_s),
+            "memory": dict(self.memory) if self.memory is not None else None,
             "stages": list(self.stages),
             "formulas": dict(self.FORMULAS),
             "meta": dict(self.meta),
@@ -152,6 +157,8 @@ def simulate(workload, topology, *, gpu: str, network="flow", db=None, placement
     from compute_db.gpus import get_gpu
     spec = get_gpu(gpu)
     times, sources = compute_op_times(workload, spec.name, db)
+    from sim.memory_fit import memory_fit
+    memory = memory_fit(workload, spec)
     if isinstance(network, str):
         import netsim
         backend = netsim.make_backend(network, topology, **(network_options or {}))
@@ -199,4 +206,4 @@ def simulate(workload, topology, *, gpu: str, network="flow", db=None, placement
         tokens_per_s_per_gpu=tokens / (T * world) if T > 0 and meta["tokens_known"] else math.nan,
         compute_sources={k: v / total_kernel for k, v in sorted(by_source.items())},
         stages=stages, exposed_by_group_kind_s=by_kind, meta=meta, layers=res.layers, trace=res.trace,
-        rep_ranks=res.rep_ranks, rep_gpus=[pl.gpu_of(r) for r in res.rep_ranks])
+        rep_ranks=res.rep_ranks, rep_gpus=[pl.gpu_of(r) for r in res.rep_ranks], memory=memory)
