@@ -66,33 +66,31 @@ def maxmin_python():
     return f"alloc {dt:.2f} s (target < 3 s)  min rate {rates.min() / 1e9:.3f} GB/s"
 
 
-def ring_1024():
+def _one_collective(gpus: int, op: str, size_bytes: int, algorithm: str) -> tuple[float, float]:
+    """(wall seconds, simulated collective seconds) of one collective over all GPUs of a Spectrum-X
+    topology on the flow backend; the topology build is excluded from the wall time."""
     import netsim
     import topo
 
-    t = topo.build("spectrum-x", gpus=1024)
+    t = topo.build("spectrum-x", gpus=gpus)
     t0 = time.perf_counter()
     net = netsim.make_backend("flow", t)
     done: list[float] = []
-    net.submit(netsim.CollectiveRequest("all_reduce", tuple(range(1024)), 1 << 30, "ring"), 0.0, done.append)
+    net.submit(netsim.CollectiveRequest(op, tuple(range(gpus)), size_bytes, algorithm), 0.0, done.append)
     net.run_until_idle()
-    dt = time.perf_counter() - t0
+    return time.perf_counter() - t0, done[0]
+
+
+def ring_1024():
     n = 1024
-    bus = (1 << 30) / done[0] * 2 * (n - 1) / n / 1e9
-    return f"simulated in {dt:.2f} s (target < 5 s); collective {done[0] * 1e3:.2f} ms, busbw {bus:.1f} GB/s"
+    dt, coll_s = _one_collective(n, "all_reduce", 1 << 30, "ring")
+    bus = (1 << 30) / coll_s * 2 * (n - 1) / n / 1e9
+    return f"simulated in {dt:.2f} s (target < 5 s); collective {coll_s * 1e3:.2f} ms, busbw {bus:.1f} GB/s"
 
 
 def a2a_64():
-    import netsim
-    import topo
-
-    t = topo.build("spectrum-x", gpus=64)
-    t0 = time.perf_counter()
-    net = netsim.make_backend("flow", t)
-    done: list[float] = []
-    net.submit(netsim.CollectiveRequest("all_to_all", tuple(range(64)), 256 << 20, "direct"), 0.0, done.append)
-    net.run_until_idle()
-    return f"simulated in {time.perf_counter() - t0:.2f} s; collective {done[0] * 1e3:.2f} ms"
+    dt, coll_s = _one_collective(64, "all_to_all", 256 << 20, "direct")
+    return f"simulated in {dt:.2f} s; collective {coll_s * 1e3:.2f} ms"
 
 
 def sim_mix():

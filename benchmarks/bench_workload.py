@@ -13,6 +13,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import run_cases  # noqa: E402
 
 
+def _chunk_ops(w) -> int:
+    """Forward + backward ops of all chunk programs of a workload."""
+    return sum(len(c.forward) + len(c.backward) for s in w.stages for c in s.chunks)
+
+
 def llama405b_16k() -> str:
     from workload_gen import ParallelPlan, generate
     from workload_gen.zoo import get_model
@@ -21,8 +26,7 @@ def llama405b_16k() -> str:
                         seq_length=8192, global_batch_size=2048, distributed_optimizer=True,
                         num_layers_first_stage=7, num_layers_last_stage=7)
     w = generate(get_model("llama3.1-405b"), plan)
-    n = sum(len(c.forward) + len(c.backward) for s in w.stages for c in s.chunks)
-    return f"dp {plan.dp}, {w.num_microbatches} micro-batches, {n} ops"
+    return f"dp {plan.dp}, {w.num_microbatches} micro-batches, {_chunk_ops(w)} ops"
 
 
 def deepseek_v3_2048() -> str:
@@ -31,9 +35,7 @@ def deepseek_v3_2048() -> str:
     plan = ParallelPlan(world_size=2048, tp=2, pp=16, ep=64, vpp=1, sequence_parallel=True, micro_batch_size=1,
                         seq_length=4096, global_batch_size=4096, distributed_optimizer=True,
                         num_layers_first_stage=4, num_layers_last_stage=1)
-    w = generate(get_model("deepseek-v3"), plan)
-    n = sum(len(c.forward) + len(c.backward) for s in w.stages for c in s.chunks)
-    return f"{n} ops"
+    return f"{_chunk_ops(generate(get_model('deepseek-v3'), plan))} ops"
 
 
 def gpt3_simai_export() -> str:

@@ -283,6 +283,16 @@ def rhd_specs(shape: GroupShape, op: str, size: float) -> list[FlowSpec]:
         specs.append(FlowSpec([(src_g, dst_g)], nbytes, steps=1, deps=deps))
         return len(specs) - 1
 
+    def exchange(d: int, nbytes: float) -> None:
+        """One recursive step: every virtual rank v < p sends `nbytes` to its partner v ^ d."""
+        new_in, new_out = {}, {}
+        for v in range(p):
+            idx = add(v, v ^ d, nbytes, order[v], order[v ^ d])
+            new_out[v] = idx
+            new_in[v ^ d] = idx
+        last_in.update(new_in)
+        last_out.update(new_out)
+
     if op == "all_reduce":
         for e in range(extra):
             idx = add(p + e, e, size, order[p + e], order[e])
@@ -295,26 +305,12 @@ def rhd_specs(shape: GroupShape, op: str, size: float) -> list[FlowSpec]:
     if do_rs:
         frac = size / 2 if op != "all_gather" else 0
         for k in range(steps):
-            d = p >> (k + 1)
-            new_in, new_out = {}, {}
-            for v in range(p):
-                idx = add(v, v ^ d, frac, order[v], order[v ^ d])
-                new_out[v] = idx
-                new_in[v ^ d] = idx
-            last_in.update(new_in)
-            last_out.update(new_out)
+            exchange(p >> (k + 1), frac)
             frac /= 2
     if do_ag:
         frac = size / p
         for k in reversed(range(steps)):
-            d = p >> (k + 1)
-            new_in, new_out = {}, {}
-            for v in range(p):
-                idx = add(v, v ^ d, frac, order[v], order[v ^ d])
-                new_out[v] = idx
-                new_in[v ^ d] = idx
-            last_in.update(new_in)
-            last_out.update(new_out)
+            exchange(p >> (k + 1), frac)
             frac *= 2
     if op == "all_reduce":
         for e in range(extra):

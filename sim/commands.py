@@ -17,7 +17,6 @@ import csv
 import io
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -276,7 +275,7 @@ def cmd_compare(args) -> int:
     print(table)
 
     def write(tmp: Path) -> None:
-        _write_csv(tmp / "compare.csv", rows)
+        (tmp / "compare.csv").write_text(_csv_text(rows))
         (tmp / "compare.txt").write_text(table + "\n")
         (tmp / "compare.json").write_text(json.dumps([{"label": lab, **rep.to_dict()} for lab, rep in reports],
                                                      indent=2, default=str) + "\n")
@@ -338,7 +337,7 @@ def plot_compare(reports, path: Path) -> None:
 
 
 # ---------------------------------------------------------------- sweep
-def _write_csv(path: Path, rows: list[dict]) -> None:
+def _csv_text(rows: list[dict]) -> str:
     fields: list[str] = []
     for r in rows:
         for k in r:
@@ -348,35 +347,7 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
     w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     w.writeheader()
     w.writerows(rows)
-    path.write_text(buf.getvalue())
-
-
-def _check_out_file(path: Path) -> None:
-    """One-line error (before any simulation) when `path` cannot be written as a file."""
-    if path.is_dir():
-        raise SimError(f"{path}: is a directory; give a CSV file name")
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise SimError(f"{path}: {parent} is not a directory")
-            if not os.access(parent, os.W_OK | os.X_OK):
-                raise SimError(f"{path}: {parent} is not writable")
-            return
-
-
-def _atomic_file(path: Path, rows: list[dict]) -> None:
-    _check_out_file(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise SimError(f"{path}: cannot create {path.parent} ({exc.strerror})") from None
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        _write_csv(tmp, rows)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    return buf.getvalue()
 
 
 def sweep_jobs(base: dict, grids: list[str], fabrics: list[str] | None, networks: list[str] | None):
@@ -410,24 +381,15 @@ def sweep_jobs(base: dict, grids: list[str], fabrics: list[str] | None, networks
     return jobs
 
 
-def _mpi_comm():
-    if not any(os.environ.get(k) for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")):
-        return None
-    try:
-        from mpi4py import MPI
-    except ImportError:
-        return None
-    comm = MPI.COMM_WORLD
-    return comm if comm.Get_size() > 1 else None
-
-
 def cmd_sweep(args) -> int:
     base = _job_from_args(args)
     if not base["workload"] and not base["model"]:
         raise SimError("sweep needs --model NAME|FILE or --workload FILE")
     jobs = sweep_jobs(base, args.grid or [], args.fabrics, args.networks)
-    _check_out_file(Path(args.out))
-    comm = _mpi_comm()
+    from sim.outpath import check_writable
+    check_writable(args.out, kind="CSV file")  # before any simulation
+    from sim.mpi import mpi_comm
+    comm = mpi_comm()
     if comm is not None:
         rank, size = comm.Get_rank(), comm.Get_size()
         mine = [(i, _job_worker(jobs[i])) for i in range(rank, len(jobs), size)]
@@ -446,7 +408,8 @@ def cmd_sweep(args) -> int:
             rows = [_job_worker(j) for j in jobs]
         mode = f"{n} local process(es)"
     out = Path(args.out)
-    _atomic_file(out, rows)
+    from sim.outpath import atomic_write
+    atomic_write(out, _csv_text(rows).encode(), kind="CSV file")
     failed = sum(1 for r in rows if r["error"])
     print(f"sweep: {len(rows)} runs ({mode}), {failed} failed; results in {out}")
     return 0

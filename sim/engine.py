@@ -565,6 +565,17 @@ class _StageRun:
     def _vstage(self, c: int) -> int:
         return c * self.eng.p + self.stage
 
+    def _hold(self, h: Handle, op, seg) -> None:
+        """Keep a non-blocking op's handle until its wait point: the named wait_op; the end of the
+        iteration for last-micro-batch ops issued inside a forward/backward segment (gradient buckets);
+        otherwise the end of the current op list."""
+        if op.wait_op:
+            self.pending[op.wait_op].append(h)
+        elif op.microbatch == "last" and seg[0] in ("fwd", "bwd"):
+            self.deferred.append((h, op))
+        else:
+            self.seg_outstanding.append((h, op))
+
     def _wait(self, handle: Handle, what) -> bool:
         """Block on `handle` if not done. Returns True when blocked (step() will be re-entered)."""
         if handle.fast:
@@ -825,12 +836,8 @@ class _StageRun:
                     self.idx += 1
                     if op.blocking:
                         self._fast_wait(h, op, rc)
-                    elif op.wait_op:
-                        self.pending[op.wait_op].append(h)
-                    elif op.microbatch == "last" and seg[0] in ("fwd", "bwd"):
-                        self.deferred.append((h, op))
                     else:
-                        self.seg_outstanding.append((h, op))
+                        self._hold(h, op, seg)
                     continue
                 # communication: must be issued at the engine's current time
                 if self.clock > now:
@@ -851,12 +858,8 @@ class _StageRun:
                 if op.blocking:
                     if self._wait(h, (report_group(op.group), h, op)):
                         return
-                elif op.wait_op:
-                    self.pending[op.wait_op].append(h)
-                elif op.microbatch == "last" and seg[0] in ("fwd", "bwd"):
-                    self.deferred.append((h, op))
                 else:
-                    self.seg_outstanding.append((h, op))
+                    self._hold(h, op, seg)
             # end of segment: outstanding non-blocking ops of this list
             if self.clock > now:
                 eng._push(self.clock, self.step)

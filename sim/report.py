@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from sim.errors import SimError
+from sim.outpath import check_parents_writable
 
 KEYS = ("TP", "CP", "EP", "DP", "PP")
 
@@ -234,13 +235,7 @@ def check_out_dir(out: str | Path, owned: tuple[str, ...] = RUN_FILES) -> Path:
             raise SimError(f"{out}: directory exists and holds files clustersim did not write "
                            f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); "
                            "choose another output directory or remove it")
-    for parent in out.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise SimError(f"{out}: {parent} is not a directory")
-            if not os.access(parent, os.W_OK | os.X_OK):
-                raise SimError(f"{out}: {parent} is not writable")
-            break
+    check_parents_writable(out)
     return out
 
 

@@ -61,18 +61,8 @@ def simai_lines(t: Topology) -> tuple[list[str], list[str]]:
         if (r.src, r.dst, r.bandwidth_Bps, r.latency_s, r.error_rate) != (a.dst, a.src, a.bandwidth_Bps,
                                                                            a.latency_s, a.error_rate):
             raise TopoError(f"topology: links {k} and {k + 1} are not the two directions of one cable")
-        rate = a.rate_text
-        key = (rate, a.bandwidth_Bps)
-        if key not in rate_ok:
-            rate_ok[key] = bool(rate) and _same(rate, a.bandwidth_Bps, parse_rate)
-        if not rate_ok[key]:
-            rate = format_rate(a.bandwidth_Bps)
-        delay = a.delay_text
-        key = (delay, a.latency_s)
-        if key not in time_ok:
-            time_ok[key] = bool(delay) and _same(delay, a.latency_s, parse_time)
-        if not time_ok[key]:
-            delay = format_time(a.latency_s)
+        rate = _spelling(a.rate_text, a.bandwidth_Bps, parse_rate, format_rate, rate_ok)
+        delay = _spelling(a.delay_text, a.latency_s, parse_time, format_time, time_ok)
         out.append(f"{a.src} {a.dst} {rate} {delay} {format_number(a.error_rate)}")
     extra = _trailer(t, host, warnings)
     out.extend(extra)
@@ -84,6 +74,14 @@ def _same(text: str, value: float, parse) -> bool:
         return parse(text) == value
     except TopoError:
         return False
+
+
+def _spelling(text: str, value: float, parse, fmt, cache: dict[tuple[str, float], bool]) -> str:
+    """The file's own spelling of `value` when it parses back to exactly `value`, else `fmt(value)`."""
+    key = (text, value)
+    if key not in cache:
+        cache[key] = bool(text) and _same(text, value, parse)
+    return text if cache[key] else fmt(value)
 
 
 def write_simai_topology(t: Topology, path: str | os.PathLike) -> list[str]:

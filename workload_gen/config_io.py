@@ -36,7 +36,8 @@ _SEQ_CAP = 8192
 
 
 # ----------------------------------------------------------------------------------------- reading
-def _read_mapping(path: Path) -> dict:
+def read_mapping(path: Path) -> dict:
+    """Top-level mapping of a JSON (by suffix) or YAML file; ConfigFileError naming file:line otherwise."""
     try:
         text = path.read_text()
     except OSError as e:
@@ -71,36 +72,27 @@ class _Keys:
     def has(self, key: str) -> bool:
         return self.data.get(key) is not None
 
-    def int(self, key: str, default: Any = ..., *, min_value: int = 1) -> Any:
-        if key not in self.data or self.data[key] is None:
+    def _typed(self, key: str, default: Any, ok, expected: str) -> Any:
+        """The key's value if `ok(value)`; `default` when absent or null (error when there is none)."""
+        if not self.has(key):
             if default is ...:
                 raise self.err(key, "missing")
             return default
         v = self.data[key]
-        if isinstance(v, bool) or not isinstance(v, int) or v < min_value:
-            kind = "a positive integer" if min_value == 1 else f"an integer >= {min_value}"
-            raise self.err(key, f"expected {kind}, got {v!r}")
+        if not ok(v):
+            raise self.err(key, f"expected {expected}, got {v!r}")
         return v
+
+    def int(self, key: str, default: Any = ..., *, min_value: int = 1) -> Any:
+        kind = "a positive integer" if min_value == 1 else f"an integer >= {min_value}"
+        return self._typed(key, default,
+                           lambda v: not isinstance(v, bool) and isinstance(v, int) and v >= min_value, kind)
 
     def bool(self, key: str, default: Any = ...) -> Any:
-        if key not in self.data or self.data[key] is None:
-            if default is ...:
-                raise self.err(key, "missing")
-            return default
-        v = self.data[key]
-        if not isinstance(v, bool):
-            raise self.err(key, f"expected true or false, got {v!r}")
-        return v
+        return self._typed(key, default, lambda v: isinstance(v, bool), "true or false")
 
     def str(self, key: str, default: Any = ...) -> Any:
-        if key not in self.data or self.data[key] is None:
-            if default is ...:
-                raise self.err(key, "missing")
-            return default
-        v = self.data[key]
-        if not isinstance(v, str):
-            raise self.err(key, f"expected a string, got {v!r}")
-        return v
+        return self._typed(key, default, lambda v: isinstance(v, str), "a string")
 
 
 def _field_value(k: _Keys, f: dataclasses.Field) -> Any:
@@ -279,7 +271,7 @@ def model_from_mapping(data: dict, path: str | Path = "<model>") -> ModelSpec:
 def load_model(path: str | Path) -> ModelSpec:
     """Load a model from a HF config.json, a PerfLLM model JSON or a YAML/JSON of ModelSpec fields."""
     p = Path(path)
-    return model_from_mapping(_read_mapping(p), p)
+    return model_from_mapping(read_mapping(p), p)
 
 
 # ----------------------------------------------------------------------------------------- plans
@@ -339,4 +331,4 @@ def load_plan(path: str | Path, *, model: ModelSpec | None = None) -> ParallelPl
 
     Without a `seq_length` key the plan uses `model.seq_length` when `model` is given."""
     p = Path(path)
-    return plan_from_mapping(_read_mapping(p), p, model=model)
+    return plan_from_mapping(read_mapping(p), p, model=model)

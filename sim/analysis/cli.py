@@ -100,8 +100,8 @@ def _plan_from_args(args, model):
 
 
 def _write_json(path: str, obj) -> None:
-    from sim.analysis.search import _atomic_write
-    _atomic_write(path, (json.dumps(obj, indent=1, default=str) + "\n").encode())
+    from sim.outpath import atomic_write
+    atomic_write(path, (json.dumps(obj, indent=1, default=str) + "\n").encode())
 
 
 def cmd_memory(args) -> int:
@@ -112,7 +112,7 @@ def cmd_memory(args) -> int:
     plan = _plan_from_args(args, model)
     validate_plan(model, plan)
     if args.json:
-        from sim.analysis.search import check_writable
+        from sim.outpath import check_writable
         check_writable(args.json)
     hw, _ = load_system(args.gpu, plan.dtype)
     sel = tuple(x.strip() for x in args.selective.split(",") if x.strip())
@@ -193,7 +193,7 @@ def cmd_search(args) -> int:
         raise SimError(f"--gmi-error: expected GiB >= 0 (got {args.gmi_error:g})")
     if args.top_k < 0 or args.workers < 1:
         raise SimError(f"--top-k must be >= 0 and --workers >= 1 (got {args.top_k}, {args.workers})")
-    from sim.analysis.search import check_writable
+    from sim.outpath import check_writable
     check_writable(args.out, directory=True)  # before the search, not after
     hw, extra = load_system(args.gpu, args.dtype)
     sp = tuple({"on": True, "off": False}[v] for v in _words(args.sp, "sp", ("on", "off")))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sim.analysis.memory import full_recompute_layers
 from sim.analysis.opwalk import is_moe_layer
 
 
@@ -166,10 +167,8 @@ def walk_kernel_flops(model, plan, selective: tuple[str, ...] = ("attn",)) -> di
     assign = layer_assignment(model, plan)
     for stage, chunks in enumerate(assign):
         for ci, chunk in enumerate(chunks):
-            nfull = 0
-            if plan.recompute == "full":
-                nfull = len(chunk) if plan.recompute_num_layers is None else min(plan.recompute_num_layers, len(chunk))
-            for li, layer in enumerate(chunk):
+            full = full_recompute_layers(plan, chunk)
+            for layer in chunk:
                 key = is_moe_layer(model, layer)
                 if key not in cache:
                     w = layer_walk(model, plan, layer, D)
@@ -177,7 +176,7 @@ def walk_kernel_flops(model, plan, selective: tuple[str, ...] = ("attn",)) -> di
                                   sum(o.flops for o in w.ops if recompute_group(o) in groups))
                 tot, fwd, sel = cache[key]
                 base += tot
-                if li < nfull:
+                if layer in full:
                     rec += fwd
                 elif plan.recompute == "selective":
                     rec += sel
@@ -204,10 +203,8 @@ def pass_costs(model, plan, selective: tuple[str, ...] = ("attn",)) -> list[dict
         acc = {"fwd_flops": 0.0, "bwd_flops": 0.0, "recompute_flops": 0.0, "fwd_hbm_bytes": 0.0,
                "bwd_hbm_bytes": 0.0, "recompute_hbm_bytes": 0.0, "comm_bytes": 0.0}
         for ci, chunk in enumerate(chunks):
-            nfull = 0
-            if plan.recompute == "full":
-                nfull = len(chunk) if plan.recompute_num_layers is None else min(plan.recompute_num_layers, len(chunk))
-            for li, layer in enumerate(chunk):
+            full = full_recompute_layers(plan, chunk)
+            for layer in chunk:
                 key = is_moe_layer(model, layer)
                 if key not in cache:
                     w = layer_walk(model, plan, layer, D)
@@ -222,7 +219,7 @@ def pass_costs(model, plan, selective: tuple[str, ...] = ("attn",)) -> list[dict
                 acc["fwd_hbm_bytes"] += c["fb"]
                 acc["bwd_hbm_bytes"] += c["bb"]
                 acc["comm_bytes"] += c["c"]
-                if li < nfull:
+                if layer in full:
                     acc["recompute_flops"] += c["f"]
                     acc["recompute_hbm_bytes"] += c["fb"]
                 elif plan.recompute == "selective":

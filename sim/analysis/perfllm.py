@@ -16,12 +16,9 @@ clustersim's own system file: `gpu: <name>` (+ optional `gpus_per_server`, `topo
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from pathlib import Path
-
-import yaml
 
 from sim.analysis.cost import count_flops, pass_costs, utilisation, walk_kernel_flops
 from sim.analysis.memory import MemoryOptions, analyze_memory
@@ -35,6 +32,8 @@ from sim.analysis.search import (
 )
 from sim.analysis.steptime import HardwareSpec, estimate_step, hardware_from_gpu
 from sim.errors import SimError
+from workload_gen.config_io import read_mapping
+from workload_gen.errors import ConfigFileError
 
 # ParallelPlan field -> PerfLLM strategy key (to name the user's key in plan errors)
 _PLAN_TO_PERFLLM = {"tp": "tp_size", "pp": "pp_size", "cp": "cp_size", "ep": "ep_size", "etp": "etp_size",
@@ -52,18 +51,9 @@ GiB = 1024 ** 3
 
 def _read(path: Path) -> dict:
     try:
-        text = path.read_text()
-    except OSError as e:
-        raise SimError(f"{path}: cannot read ({e.strerror or e})") from None
-    try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
-    except json.JSONDecodeError as e:
-        raise SimError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
-    except yaml.YAMLError as e:
-        raise SimError(f"{path}: invalid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise SimError(f"{path}: expected a mapping at the top level (got {type(data).__name__})")
-    return data
+        return read_mapping(path)
+    except ConfigFileError as e:
+        raise SimError(str(e)) from None
 
 
 def _num(d: dict, key: str, where: str, default=None, positive: bool = True) -> float:
@@ -387,7 +377,7 @@ class PerfLLM:
         if self.model is None:
             raise SimError("configure(model_config=..., system_config=...) first")
         if dump_path:
-            from sim.analysis.search import check_writable
+            from sim.outpath import check_writable
             check_writable(dump_path, directory=True)  # before the search, not after
         seq = seq_len or (self.plan.seq_length if self.plan else self.model.seq_length)
         gbs = global_batch_size or world_size

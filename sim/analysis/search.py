@@ -16,9 +16,7 @@ import csv
 import dataclasses
 import io
 import math
-import os
 import sys
-import tempfile
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -27,6 +25,8 @@ from itertools import product
 from sim.analysis.cost import count_flops, utilisation
 from sim.analysis.memory import GiB, MemoryOptions, analyze_memory
 from sim.analysis.steptime import CommTimer, HardwareSpec, KernelTimer, estimate_step, make_analytical_backend
+from sim.mpi import mpi_comm
+from sim.outpath import atomic_write
 
 OPTIMIZERS = ("none", "distributed", "zero1", "zero2", "zero3")
 RECOMPUTES = ("none", "selective", "full")
@@ -243,17 +243,6 @@ def _evaluate_many(args) -> list[Candidate]:
     return [evaluate(ctx, p, cache) for p in plans]
 
 
-def _mpi_comm():
-    if not any(k in os.environ for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK")):
-        return None
-    try:
-        from mpi4py import MPI
-    except ImportError:
-        return None
-    comm = MPI.COMM_WORLD
-    return comm if comm.Get_size() > 1 else None
-
-
 def search(model, world_size: int, global_batch_size: int, *, gpu: str = "H100", seq_length: int | None = None,
            space: SearchSpace = SearchSpace(), gmi_error_GiB: float = 6.0, use_reserved_memory: bool = True,
            dtype: str = "bf16", topology=None, hw: HardwareSpec | None = None, top_k: int = 3,
@@ -272,7 +261,7 @@ def search(model, world_size: int, global_batch_size: int, *, gpu: str = "H100",
     plans = enumerate_plans(model, world_size, global_batch_size, seq, space, dtype)
     if max_candidates is not None:
         plans = plans[:max_candidates]
-    comm = _mpi_comm()
+    comm = mpi_comm()
     if comm is not None:
         rank, size = comm.Get_rank(), comm.Get_size()
         mine = _evaluate_many((ctx, plans[rank::size]))
@@ -335,7 +324,7 @@ def _confirm(result: SearchResult, model, topology, gpu: str, top_k: int, progre
     if topology is None:
         result.notes.append("top plans not confirmed: no topology given (use --topology)")
         return
-    comm = _mpi_comm()
+    comm = mpi_comm()
     rank, size = (comm.Get_rank(), comm.Get_size()) if comm is not None else (0, 1)
     top = result.ranked[:top_k]
     mine: dict[int, tuple[float, str]] = {}
@@ -419,51 +408,13 @@ def _row(i: int, c: Candidate) -> dict:
             "peak_path": c.peak_path}
 
 
-def check_writable(path: str, directory: bool = False) -> None:
-    """One-line SimError (raised before any work) when `path` cannot be written as a file (or directory)."""
-    from pathlib import Path
-
-    from sim.errors import SimError
-    p = Path(path)
-    if directory and p.exists() and not p.is_dir():
-        raise SimError(f"{path}: exists and is not a directory")
-    if not directory and p.is_dir():
-        raise SimError(f"{path}: is a directory; give a file name")
-    for parent in p.absolute().parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise SimError(f"{path}: {parent} is not a directory")
-            if not os.access(parent, os.W_OK | os.X_OK):
-                raise SimError(f"{path}: {parent} is not writable")
-            return
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    check_writable(path)
-    d = os.path.dirname(os.path.abspath(path)) or "."
-    try:
-        os.makedirs(d, exist_ok=True)
-    except OSError as exc:
-        from sim.errors import SimError
-        raise SimError(f"{path}: cannot create {d} ({exc.strerror})") from None
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp_", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def write_ranked_csv(result: SearchResult, path: str) -> None:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
     w.writeheader()
     for i, c in enumerate(result.ranked, 1):
         w.writerow(_row(i, c))
-    _atomic_write(path, buf.getvalue().encode())
+    atomic_write(path, buf.getvalue().encode())
 
 
 def write_rejections_csv(result: SearchResult, path: str) -> None:
@@ -472,7 +423,7 @@ def write_rejections_csv(result: SearchResult, path: str) -> None:
     w.writerow(("family", "reason"))
     for fam in sorted(result.rejected_families):
         w.writerow((fam, result.rejected_families[fam]))
-    _atomic_write(path, buf.getvalue().encode())
+    atomic_write(path, buf.getvalue().encode())
 
 
 def pareto_front(cands: list[Candidate]) -> list[Candidate]:
@@ -522,7 +473,7 @@ def write_pareto_png(result: SearchResult, path: str, title: str = "") -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     plt.close(fig)
-    _atomic_write(path, buf.getvalue())
+    atomic_write(path, buf.getvalue())
 
 
 def candidate_dict(c: Candidate) -> dict:
