@@ -184,8 +184,12 @@ class ComputeDB:
         if ck in self._fits:
             return self._fits[ck]
         spec = self.gpu(gpu)
-        candidates = [gpu] + [gpu_table.canonical_name(s, self.extra_gpus) for s in spec.similar_to
-                              if s.lower() in {n.lower() for n in gpu_table.list_gpus(self.extra_gpus)}]
+        candidates = [gpu]
+        for other in spec.similar_to:       # names or aliases (validated when a GPU file is loaded)
+            try:
+                candidates.append(gpu_table.canonical_name(other, self.extra_gpus))
+            except ComputeDBError:
+                continue
         fit = None
         for g in candidates:
             fit = self._fit_on(g, fcls)

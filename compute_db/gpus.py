@@ -102,7 +102,15 @@ def load_gpu_file(path: str | Path) -> dict[str, GPUSpec]:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
         raise ComputeDBError(f"{path}{line}: not valid YAML") from None
-    return _parse(data, str(path))
+    specs = _parse(data, str(path))
+    table = dict(specs) if path.resolve() == SHIPPED_GPU_FILE else {**shipped_gpus(), **specs}
+    index = _index(table)
+    for name, spec in specs.items():
+        for other in spec.similar_to:
+            if other.strip().lower() not in index:
+                raise ComputeDBError(f"{path}: gpus.{name}.similar_to: unknown GPU '{other}' "
+                                     f"(known: {', '.join(sorted(table))})")
+    return specs
 
 
 @functools.cache

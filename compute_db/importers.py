@@ -180,9 +180,13 @@ def parse_aiob_text(path: str | Path) -> tuple[int, dict[str, dict[str, float]]]
             continue
         m = _AIOB_STAT.match(line)
         if m and current is not None:
-            value = float(m.group(2))
-            if value < 0:
-                raise ComputeDBError(f"{path}:{i}: negative time")
+            try:
+                value = float(m.group(2))
+            except ValueError:
+                raise ComputeDBError(f"{path}:{i}: time is not a number: {m.group(2)!r}") from None
+            if not value > 0 or value == float("inf"):
+                raise ComputeDBError(f"{path}:{i}: time_gpu_{m.group(1)} must be a positive number of us "
+                                     f"(got {m.group(2)})")
             out[current][m.group(1)] = value * 1e-6
             continue
         raise ComputeDBError(f"{path}:{i}: expected '<kernel>:' or '    time_gpu_max|min|avg: <us>'")

@@ -1,15 +1,17 @@
 """Alpha-beta model of collectives (no contention between collectives) and the automatic algorithm choice.
 
-t = steps x alpha_step + factor x S / B_eff, per (collective, algorithm, span, NIC sharing):
-- span: one server (all hops NVLink) or several (lock-step steps wait for the network hop);
+t = latency + factor x S / B_eff, per (collective, algorithm, span, NIC sharing):
+- latency: the critical path of the first piece, each hop paying its per-step alpha + propagation
+  (a ring of n GPUs over m units: 2(n-1) all-reduce steps of which about 2m leave a unit and pay the
+  network alpha, the rest the NVLink alpha);
 - B_eff from the topology: effective NVLink port bandwidth B_nv and effective NIC share B_net of the
   slowest GPU in the group (a NIC shared by g GPUs gives each 1/g), with the link efficiencies of
   netsim.calibration;
 - the message-size efficiency curve is the alpha-beta curve itself: busbw(S) = busbw_max x S / (S + S_half),
-  S_half = steps x alpha x B_eff / factor (half of peak at S_half).
+  S_half = latency x B_eff / factor (half of peak at S_half).
 Closed forms: ring (multi-channel, one ring per local GPU across servers), NVLS, hierarchical,
-direct all-to-all, send. Tree, recursive halving-doubling and pairwise all-to-all are evaluated on
-the idle topology from their flow schedules (one max-min allocation per dependency level).
+direct all-to-all, send. Tree, recursive halving-doubling and pairwise all-to-all are timed by
+running their flow schedules alone on the idle topology (netsim.resolve.static_time_s).
 Assumes full bisection in the fabric: use the flow backend for oversubscribed fabrics.
 """
 
@@ -18,7 +20,7 @@ from __future__ import annotations
 import math
 
 from netsim import calibration as cal
-from netsim.resolve import resolve, static_time_s
+from netsim.resolve import resolve, ring_window_s, static_time_s
 from netsim.schedules import GroupShape, build_specs
 
 
@@ -27,6 +29,9 @@ class GroupFacts:
 
     def __init__(self, view, shape: GroupShape):
         self.flows: dict = {}   # (op, algorithm) -> resolved flow schedule (unit size)
+        self._view, self._shape = view, shape
+        self._ring_hops: list[tuple[list[float], int]] | None = None
+        self._ring_lat: dict[tuple[int, bool], float] = {}
         self.b_nv, self.b_net = view.group_bandwidths(shape.gpus)
         order = shape.ring_order(0)
         intra = next(((a, b) for a, b in zip(order, order[1:]) if view.unit_of(a) == view.unit_of(b)), None)
@@ -41,6 +46,29 @@ class GroupFacts:
         self.nvls_line = float(sum(view.line_Bps[c] for c in up)) if up else 0.0
         self.nvls_lat = cal.NVLS_PHASE_ALPHA_S + 2 * (view.path_latency_s(up[:1]) if up else 0.0)
 
+    def ring_latency_s(self, steps: int, chain: bool = False) -> float:
+        """Latency of the multi-channel ring: a piece crosses `steps` consecutive hops, each paying
+        its per-step alpha + propagation (network alpha only on the hops that leave a unit); the
+        slowest channel counts. chain: broadcast/reduce, a path from group rank 0 along the ring."""
+        key = (steps, chain)
+        got = self._ring_lat.get(key)
+        if got is not None:
+            return got
+        shape, view = self._shape, self._view
+        if self._ring_hops is None:
+            self._ring_hops = []
+            for c in range(shape.k_max if shape.m > 1 else 1):
+                order = shape.ring_order(c)
+                hops = [self._step(view, p) for p in zip(order, order[1:] + order[:1])]
+                self._ring_hops.append((hops, order.index(shape.gpus[0])))
+        if chain:   # hops from the root's position, without the one closing the ring
+            got = max(math.fsum(h[(i0 + j) % len(h)] for j in range(min(steps, len(h) - 1)))
+                      for h, i0 in self._ring_hops)
+        else:
+            got = max(ring_window_s(h, steps) for h, _ in self._ring_hops)
+        self._ring_lat[key] = got
+        return got
+
     @staticmethod
     def _step(view, pair) -> float:
         if pair is None:
@@ -54,7 +82,7 @@ def ring_time_s(shape: GroupShape, facts: GroupFacts, op: str, size: float) -> f
     if n == 1:
         return 0.0
     if shape.m == 1:
-        bw, lat = facts.b_nv, facts.lat_intra
+        bw = facts.b_nv
     else:
         # k channels; a server with k_s GPUs sends ceil(k / k_s) channels through one NIC and one
         # GPU there forwards k - floor(k / k_s) channels over its NVLink port
@@ -64,14 +92,15 @@ def ring_time_s(shape: GroupShape, facts: GroupFacts, op: str, size: float) -> f
             per_channel = min(per_channel, facts.b_net / math.ceil(k / ks))
             if ks > 1:
                 per_channel = min(per_channel, facts.b_nv / (k - k // ks))
-        bw, lat = k * per_channel, facts.lat_inter
+        bw = k * per_channel
     if op == "all_reduce":
         factor, steps = 2 * (n - 1) / n, 2 * (n - 1)
     elif op in ("all_gather", "reduce_scatter"):
         factor, steps = (n - 1) / n, n - 1
     else:
         factor, steps = 1.0, n - 1
-    return steps * lat + factor * size / bw
+    lat = facts.ring_latency_s(steps, chain=op in ("broadcast", "reduce"))
+    return lat + factor * size / bw
 
 
 def nvls_time_s(shape: GroupShape, facts: GroupFacts, op: str, size: float) -> float:

@@ -15,7 +15,7 @@ from netsim import analytical as ana
 from netsim.api import CollectiveRequest
 from netsim.engine import FlowEngine
 from netsim.errors import NetsimError
-from netsim.resolve import ResolvedFlow, resolve, static_time_s
+from netsim.resolve import ResolvedFlow, ScheduleRun, resolve, static_time_s
 from netsim.schedules import build_specs, check_algorithm, group_shape, validate_request
 from netsim.topoview import TopoView
 
@@ -127,67 +127,15 @@ class AnalyticalNetwork:
         self.now_s = max(self.now_s, until_s)
 
 
-class _Run:
-    """One collective in flight on the flow engine: releases flows as their dependencies finish.
+def _run_collective(net, flows: list[ResolvedFlow], size: float, on_done, record: CollectiveRecord) -> None:
+    """Start one collective's schedule on the network's engine; record and report its completion."""
+    def finish(t: float) -> None:
+        record.end_s = t
+        net.records.append(record)
+        net._in_flight -= 1
+        on_done(t)
 
-    A flow starts `latency_s` after its last data dependency finishes, and not before its
-    order-only predecessors (`after`, same-connection FIFO) finish.
-    """
-
-    __slots__ = ("net", "flows", "size", "waiting", "succ", "left", "on_done", "record", "ready")
-
-    def __init__(self, net, flows: list[ResolvedFlow], size: float, on_done, record: CollectiveRecord):
-        self.net = net
-        self.flows = flows
-        self.size = size
-        self.on_done = on_done
-        self.record = record
-        self.waiting = [len(f.deps) + len(f.after) for f in flows]
-        self.succ: list[list[tuple[int, bool]]] = [[] for _ in flows]
-        for i, f in enumerate(flows):
-            for d in f.deps:
-                self.succ[d].append((i, True))
-            for d in f.after:
-                self.succ[d].append((i, False))
-        self.left = len(flows)
-        self.ready = [-math.inf] * len(flows)
-
-    def start(self) -> None:
-        now = self.net.engine.now_s
-        if not self.flows:
-            # empty schedule (n = 1 or size 0): completes at the current time through the engine
-            self.net.engine.add_flow([], 0.0, on_done=lambda _f, t: self._finish(t))
-            return
-        for i, f in enumerate(self.flows):
-            if not f.deps:
-                self.ready[i] = now + f.latency_s
-        for i, w in enumerate(self.waiting):
-            if w == 0:
-                self._launch(i)
-
-    def _launch(self, i: int) -> None:
-        f = self.flows[i]
-        lat = max(0.0, self.ready[i] - self.net.engine.now_s)
-        self.net.engine.add_flow(f.channels, f.frac * self.size, weights=f.weights, latency_s=lat,
-                                 cap_Bps=f.cap_Bps, on_done=lambda _fid, t, i=i: self._flow_done(i, t))
-
-    def _flow_done(self, i: int, t: float) -> None:
-        self.left -= 1
-        for j, data in self.succ[i]:
-            r = t + self.flows[j].latency_s if data else t
-            if r > self.ready[j]:
-                self.ready[j] = r
-            self.waiting[j] -= 1
-            if self.waiting[j] == 0:
-                self._launch(j)
-        if self.left == 0:
-            self._finish(t)
-
-    def _finish(self, t: float) -> None:
-        self.record.end_s = t
-        self.net.records.append(self.record)
-        self.net._in_flight -= 1
-        self.on_done(t)
+    ScheduleRun(net.engine, flows, size, finish).start()
 
 
 class FlowNetwork:
@@ -222,7 +170,7 @@ class FlowNetwork:
         flows = self.planner.flows(req.op, alg, gpus, shape) if req.size_bytes > 0 else []
         rec = CollectiveRecord(req.tag, req.op, alg, len(gpus), int(req.size_bytes), self.engine.now_s, math.nan)
         self._in_flight += 1
-        _Run(self, flows, float(req.size_bytes), on_done, rec).start()
+        _run_collective(self, flows, float(req.size_bytes), on_done, rec)
 
     def next_event_time(self) -> float:
         return self.engine.next_event_time()
@@ -306,7 +254,7 @@ def step_level_time_s(topology_or_planner, dag, gpus, *, check_invariants: bool 
     net._in_flight = 1
     done: list[float] = []
     rec = CollectiveRecord("dag", dag.op, dag.algorithm, dag.n, 0, 0.0, math.nan)
-    _Run(net, flows, 1.0, done.append, rec).start()
+    _run_collective(net, flows, 1.0, done.append, rec)
     net.engine.run()
     if check_invariants:
         net.engine.check_all_done()

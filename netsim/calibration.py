@@ -17,7 +17,8 @@ shared/reference/hardware.md (large messages, where latency no longer matters):
 - PCIe: no collective figure in hardware.md; 0.80 is an assumption (typical DMA efficiency).
 
 Latencies (the alpha terms): a per-step software overhead per link class, added to the per-hop
-propagation latencies of the topology.
+propagation latencies of the topology. A piece pays each hop's alpha once along its path, so a ring
+across servers pays the network alpha only on the hops that leave a server (netsim.resolve).
 - NVLink step: 1.0 us. Source: hardware.md gives an 8 x H100 all-reduce floor of 13-20 us; a ring
   all-reduce on 8 GPUs has 2(n-1) = 14 steps -> 14 x (1.0 us + 2 x 25 ns hops) = 14.7 us.
 - Network step: 5.0 us. Assumption (hardware.md has no inter-node latency figure): typical
@@ -42,6 +43,23 @@ PCIE_EFFICIENCY = 0.80
 
 ALPHA_S = {"nvlink": 1.0e-6, "network": 5.0e-6, "pcie": 2.0e-6}
 NVLS_PHASE_ALPHA_S = 8.0e-6
+
+
+# NVLink line rate per GPU, one direction (hardware.md: datasheet per-GPU figures, both directions
+# summed, halved). Used by `clustersim collective` for templates when -nvbw is not given, so that
+# the efficiencies above are applied to a line rate (SimAI's template default, 2880 Gbps, is an
+# effective H100 figure). Longest matching prefix of the topology's gpu_type wins.
+NVLINK_LINE_BPS_BY_GPU = {
+    "A100": 300e9, "H100": 450e9, "H200": 450e9, "H20": 450e9, "H800": 200e9,
+    "B200": 900e9, "GB200": 900e9, "MI300X": 448e9,
+}
+
+
+def nvlink_line_Bps(gpu_type: str) -> float | None:
+    """Datasheet NVLink rate per direction of a GPU type (None when unknown)."""
+    key = (gpu_type or "").upper()
+    best = max((name for name in NVLINK_LINE_BPS_BY_GPU if key.startswith(name)), key=len, default=None)
+    return None if best is None else NVLINK_LINE_BPS_BY_GPU[best]
 
 
 def nvlink_efficiency(gpu_type: str) -> float:

@@ -4,6 +4,7 @@
     clustersim collective --op all_gather -t spectrum-x -g 64 --ranks 16 --servers 4 --png ag.png
     clustersim collective --op all_reduce -t spectrum-x -g 32 --rail 0
     clustersim collective --micro micro.txt -t topo.txt          # SimAI MICRO workload, all GPUs
+    clustersim collective --micro microAllReduce.txt -g 8         # SimAI's smoke test (training file)
 
 Columns: size (bytes, nccl-tests S), algorithm, then per backend time (us), algbw = S / t and
 busbw = algbw x factor (all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all (n-1)/n;
@@ -81,6 +82,8 @@ def register(subparsers) -> None:
 
 def _topology(args):
     import topo
+    from netsim.calibration import nvlink_line_Bps
+    from topo.templates import canonical_template
 
     params: dict = {}
     for kv in args.topo_param:
@@ -105,7 +108,16 @@ def _topology(args):
     if "gpus" not in params:
         per = params.get("gpus_per_server", 8)
         params["gpus"] = max(int(per) * (args.servers or 1), args.ranks or 0)
-    return topo.build(args.topology, **params)
+    t = topo.build(args.topology, **params)
+    line = nvlink_line_Bps(str(getattr(t, "gpu_type", "") or ""))
+    if ("nvlink_bandwidth_Bps" not in params and line is not None
+            and canonical_template(args.topology) not in ("nvl72", "nvl36", "pcie")):
+        # SimAI's template default NVLink rate (2880 Gbps) is an effective H100 figure; netsim applies
+        # its calibrated efficiency to the line rate, so start from the GPU's datasheet rate
+        t = topo.build(args.topology, **params, nvlink_bandwidth_Bps=line)
+        args.nvlink_note = (f"NVLink {line / 1e9:g} GB/s per direction ({t.gpu_type} datasheet line rate; "
+                            "-nvbw to change)")
+    return t
 
 
 def select_group(t, ranks: int | None, servers: int | None, rail: int | None) -> tuple[int, ...]:
@@ -148,13 +160,25 @@ def _sizes(args) -> list[int]:
     return out
 
 
+def _check_png_path(path: str) -> None:
+    """Fail before simulating when the chart cannot be written."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise NetsimError(f"--png {path}: is a directory; give a file name")
+    if not os.path.isdir(folder):
+        raise NetsimError(f"--png {path}: cannot write (folder {folder} does not exist)")
+
+
 def main(args) -> int:
     import netsim
-    from netsim.micro import read_micro
+    from netsim.micro import read_micro_file
 
     op = OP_ALIASES.get(args.op.lower())
     if op is None:
         raise NetsimError(f"--op: unknown collective {args.op!r} (known: {', '.join(sorted(set(OP_ALIASES.values())))})")
+    if args.png:
+        _check_png_path(args.png)
+    args.nvlink_note = ""
     t = _topology(args)
     group = select_group(t, args.ranks, args.servers, args.rail)
     if op == "send":
@@ -164,23 +188,34 @@ def main(args) -> int:
         backends["flow"] = netsim.make_backend("flow", t, pxn=args.pxn, check_invariants=args.check)
     if args.backend in ("both", "analytical"):
         backends["analytical"] = netsim.make_backend("analytical", t, pxn=args.pxn)
+    micro_note = ""
     if args.micro:
-        jobs = [(m.name, m.op, m.size_bytes) for m in read_micro(args.micro)]
+        micro = read_micro_file(args.micro)
+        jobs = [(m.name, m.op, m.size_bytes) for m in micro.ops]
+        micro_note = micro.note
     else:
         jobs = [("", op, s) for s in _sizes(args)]
+    reqs = [(name, netsim.CollectiveRequest(jop, group if jop != "send" else group[:1] + group[-1:], size,
+                                            args.algorithm)) for name, jop, size in jobs]
+    planner = next(iter(backends.values())).planner
+    for _name, req in reqs:     # bad group / algorithm: one error line before any output
+        planner.prepare(req)
     n = len(group)
     print(f"# {getattr(t, 'name', '') or args.topology}: {t.num_gpus} GPUs; group of {n} GPUs "
           f"over {len({t.server_of(g) for g in group})} servers; op {op if not args.micro else 'MICRO file'}")
-    head = f"{'name':<16s}" if args.micro else ""
+    for note in (args.nvlink_note, micro_note):
+        if note:
+            print(f"# {note}")
+    name_w = max([16] + [len(name) + 1 for name, _ in reqs])
+    head = f"{'name':<{name_w}s}" if args.micro else ""
     head += f"{'op':<15s}{'size_B':>12s} {'algo':<13s}"
     for name in backends:
         head += f"{name + ' us':>14s}{'algbw':>9s}{'busbw':>9s}"
     print(head)
     rows = []
-    for name, jop, size in jobs:
-        req = netsim.CollectiveRequest(jop, group if jop != "send" else group[:1] + group[-1:], size,
-                                       args.algorithm)
-        line = f"{name:<16s}" if args.micro else ""
+    for name, req in reqs:
+        jop, size = req.op, req.size_bytes
+        line = f"{name:<{name_w}s}" if args.micro else ""
         times = {}
         alg = ""
         for bname, net in backends.items():
@@ -195,7 +230,7 @@ def main(args) -> int:
         line += f"{jop:<15s}{size:>12d} {alg:<13s}"
         row = {"name": name, "op": jop, "size": size, "algorithm": alg}
         for bname, tt in times.items():
-            algbw = size / tt / 1e9 if tt > 0 else float("inf")
+            algbw = size / tt / 1e9 if tt > 0 else (0.0 if size == 0 else float("inf"))
             bus = algbw * bus_factor(jop, len(req.gpus))
             line += f"{tt * 1e6:14.2f}{algbw:9.2f}{bus:9.2f}"
             row[bname] = bus
@@ -204,26 +239,30 @@ def main(args) -> int:
     print("# GB/s = 1e9 B/s; busbw factors as nccl-tests; flow: max-min flows on the topology, "
           "analytical: alpha-beta (netsim.analytical)")
     if args.png:
-        _plot(rows, backends, args.png, op, n)
+        _plot(rows, backends, args.png, n)
         print(f"# chart: {args.png}")
     return 0
 
 
-def _plot(rows, backends, path: str, op: str, n: int) -> None:
+def _plot(rows, backends, path: str, n: int) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for bname in backends:
-        xs = [r["size"] for r in rows if r["op"] == op]
-        ys = [r[bname] for r in rows if r["op"] == op]
-        ax.plot(xs, ys, marker="o", label=bname)
+    ops = list(dict.fromkeys(r["op"] for r in rows))
+    styles = {"flow": dict(marker="o", linestyle="-"), "analytical": dict(marker="x", linestyle="--")}
+    for o in ops:
+        pts = [r for r in rows if r["op"] == o and r["size"] > 0]
+        for bname in backends:
+            ax.plot([r["size"] for r in pts], [r[bname] for r in pts],
+                    label=f"{o} {bname}" if len(ops) > 1 else bname, **styles.get(bname, {}))
     ax.set_xscale("log", base=2)
     ax.set_xlabel("size S (bytes)")
     ax.set_ylabel("busbw (GB/s)")
-    ax.set_title(f"{op}, {n} GPUs")
+    algs = ", ".join(dict.fromkeys(r["algorithm"] for r in rows))
+    ax.set_title(f"{', '.join(ops)}, {n} GPUs ({algs})")
     ax.grid(True, alpha=0.3)
     ax.legend()
     d = os.path.dirname(os.path.abspath(path))
@@ -232,6 +271,8 @@ def _plot(rows, backends, path: str, op: str, n: int) -> None:
     try:
         fig.savefig(tmp, dpi=110, bbox_inches="tight")
         os.replace(tmp, path)
+    except OSError as exc:
+        raise NetsimError(f"--png {path}: cannot write ({exc.strerror})") from None
     finally:
         plt.close(fig)
         if os.path.exists(tmp):

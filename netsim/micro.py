@@ -5,6 +5,9 @@ pairs), line 2 the number of layer lines, then layer lines of exactly 12 whitesp
 the communication sits in the weight-grad columns (10: type, 11: bytes). Forward (4, 5) and input-grad
 (7, 8) columns are read too when not NONE. Types are matched by prefix as SimAI does; the `_EP` /
 `_DP_EP` suffixes name groups, which a micro-benchmark replaces by the group chosen on the command line.
+A training file (`HYBRID_TRANSFORMER_FWD_IN_BCKWD`, e.g. SimAI's own `microAllReduce.txt` smoke test,
+which carries its all-reduces in the forward column) is read the same way: its collectives, one at a
+time, with compute times and group columns ignored (`MicroFile.note` says so).
 """
 
 from __future__ import annotations
@@ -35,15 +38,33 @@ def _ops_of(kind: str, where: str) -> tuple[str, ...]:
     raise NetsimError(f"{where}: unknown comm type {kind!r}")
 
 
+@dataclass(frozen=True)
+class MicroFile:
+    ops: list[MicroOp]
+    policy: str
+    note: str = ""      # how a non-MICRO file is read
+
+
+TRAINING_POLICY = "HYBRID_TRANSFORMER_FWD_IN_BCKWD"
+
+
 def read_micro(path: str) -> list[MicroOp]:
-    with open(path, encoding="utf-8") as fh:
-        lines = fh.read().splitlines()
+    """Collectives of a MICRO (or training) workload file, in file order."""
+    return read_micro_file(path).ops
+
+
+def read_micro_file(path: str) -> MicroFile:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise NetsimError(f"{path}: cannot read workload file ({getattr(exc, 'strerror', None) or exc})") from None
     if not lines or not lines[0].split():
         raise NetsimError(f"{path}:1: empty file (expected a MICRO header)")
     policy = lines[0].split()[0]
-    if policy != "MICRO":
-        raise NetsimError(f"{path}:1: parallelism policy {policy!r} is not a MICRO workload "
-                          "(use `clustersim run` for training workloads)")
+    if policy not in ("MICRO", TRAINING_POLICY):
+        raise NetsimError(f"{path}:1: parallelism policy {policy!r} is not supported here "
+                          f"(expected MICRO or {TRAINING_POLICY})")
     if len(lines) < 2 or not lines[1].strip().isdigit():
         raise NetsimError(f"{path}:2: expected the number of layer lines")
     count = int(lines[1].strip())
@@ -67,4 +88,8 @@ def read_micro(path: str) -> list[MicroOp]:
             if size < 0:
                 raise NetsimError(f"{where}: negative comm size {size}")
             out.extend(MicroOp(f[0], op, size, lineno) for op in ops)
-    return out
+    note = ""
+    if policy != "MICRO":
+        note = (f"{policy} file: its {len(out)} collectives run one at a time on the chosen group; compute "
+                "times and TP/DP/EP group columns are ignored (`clustersim run` simulates training)")
+    return MicroFile(out, policy, note)

@@ -3,9 +3,12 @@
 A FlowSpec is one engine flow. A *lock-step* flow spans several hops that progress together: a ring
 channel in steady state moves every chunk one hop per step, so all its hops advance at the rate of
 the slowest one; modelling the channel as one flow whose rate is shared by all its hops is the fluid
-limit of NCCL's pipelined ring (chunks of S / (channels x n) per step). Its latency is
-steps x (per-step alpha + hop propagation). The step-level p2p DAGs (every chunk transfer, used to
-verify semantics) are in netsim.dag; `dag_to_specs` runs them through the same engine.
+limit of NCCL's pipelined ring (chunks of S / (channels x n) per step). Its latency is that of the
+critical path of the first piece: the per-step alpha + propagation of every hop it crosses in
+sequence (a ring: the worst run of `steps` consecutive hops; a chain or tree: its deepest path), so
+only the hops that cross the network pay the network alpha. Flows whose hops run in parallel (one
+all-to-all shift) pay steps x their slowest hop. The step-level p2p DAGs (every chunk transfer, used
+to verify semantics) are in netsim.dag; `dag_specs` runs them through the same engine.
 
 Group shape: GPUs are grouped by unit (NVLink domain; the server for PCIe-only machines) in order
 of first appearance; inside a unit by GPU id (= local index, NCCL's intra-node order).
@@ -38,7 +41,12 @@ DIRECT_BUNDLE_ABOVE = 8     # direct all-to-all over more ranks: one lock-step f
 @dataclass
 class FlowSpec:
     """hops: (src, dst) GPU pairs routed by topo, or ("up", gpu) / ("down", gpu) NVSwitch ports.
-    Each hop carries nbytes x weight; steps: latency steps; deps: indices of specs that must finish."""
+    Each hop carries nbytes x weight; steps: latency steps; deps: indices of specs that must finish.
+
+    Latency (netsim.resolve): ring=True -> hops form a cycle in order and a piece crosses `steps`
+    consecutive hops (the worst such run counts); lat_stages -> sequential stages, each a set of
+    alternative hop-index paths (the deepest counts), e.g. a tree's leaf-to-root then root-to-leaf
+    paths; otherwise steps x the slowest hop (hops in parallel)."""
     hops: list
     nbytes: float
     steps: int = 1
@@ -47,6 +55,8 @@ class FlowSpec:
     nvls: bool = False
     pxn: bool = False
     after: tuple[int, ...] = ()   # order-only predecessors: start after they finish, no extra latency
+    ring: bool = False
+    lat_stages: tuple[tuple[tuple[int, ...], ...], ...] | None = None
 
 
 @dataclass
@@ -155,13 +165,13 @@ def ring_specs(shape: GroupShape, op: str, size: float) -> list[FlowSpec]:
             hops = list(zip(chain[:-1], chain[1:]))
             if op == "reduce":
                 hops = [(b, a) for a, b in reversed(hops)]
-            specs.append(FlowSpec(hops, size / c_n, steps=n - 1))
+            specs.append(FlowSpec(hops, size / c_n, steps=n - 1, lat_stages=((tuple(range(len(hops))),),)))
             continue
         hops = list(zip(order, order[1:] + order[:1]))
         if op == "all_reduce":
-            specs.append(FlowSpec(hops, 2 * (n - 1) / n * size / c_n, steps=2 * (n - 1)))
+            specs.append(FlowSpec(hops, 2 * (n - 1) / n * size / c_n, steps=2 * (n - 1), ring=True))
         else:
-            specs.append(FlowSpec(hops, (n - 1) / n * size / c_n, steps=n - 1))
+            specs.append(FlowSpec(hops, (n - 1) / n * size / c_n, steps=n - 1, ring=True))
     return specs
 
 
@@ -228,6 +238,22 @@ def heap_tree(n: int) -> list[int]:
     return [-1] + [(i - 1) // 2 for i in range(1, n)]
 
 
+def tree_paths(parent: list[int], edge_of: dict[int, int]) -> tuple[tuple[int, ...], ...]:
+    """Root-to-leaf paths of a tree as sequences of edge indices (edge_of[v]: index of the edge
+    between v and its parent)."""
+    has_child = {p for p in parent if p >= 0}
+    paths = []
+    for leaf in range(len(parent)):
+        if leaf in has_child or parent[leaf] < 0:
+            continue
+        path, v = [], leaf
+        while parent[v] >= 0:
+            path.append(edge_of[v])
+            v = parent[v]
+        paths.append(tuple(reversed(path)))
+    return tuple(paths)
+
+
 def tree_specs(shape: GroupShape, op: str, size: float) -> list[FlowSpec]:
     n = shape.n
     if n == 1:
@@ -236,19 +262,25 @@ def tree_specs(shape: GroupShape, op: str, size: float) -> list[FlowSpec]:
         specs = []
         trees = nccl_trees(shape.servers)
         for order, parent in trees:
-            up = [(order[i], order[p]) for i, p in enumerate(parent) if p >= 0]
+            kids = [i for i, p in enumerate(parent) if p >= 0]
+            up = [(order[i], order[parent[i]]) for i in kids]
             down = [(b, a) for a, b in up]
-            specs.append(FlowSpec(up + down, size / len(trees), steps=2 * tree_depth(parent)))
+            paths = tree_paths(parent, {v: j for j, v in enumerate(kids)})
+            # reduce up every leaf-to-root path, then broadcast down every root-to-leaf path
+            stages = (paths, tuple(tuple(len(up) + e for e in p) for p in paths))
+            specs.append(FlowSpec(up + down, size / len(trees), steps=2 * tree_depth(parent), lat_stages=stages))
         return specs
     order = shape.ring_order(0)
     root = shape.gpus[0]
     i0 = order.index(root)
     order = order[i0:] + order[:i0]
     parent = heap_tree(n)
-    edges = [(order[p], order[i]) for i, p in enumerate(parent) if p >= 0]
+    kids = [i for i, p in enumerate(parent) if p >= 0]
+    edges = [(order[parent[i]], order[i]) for i in kids]
     if op == "reduce":
         edges = [(b, a) for a, b in edges]
-    return [FlowSpec(edges, size, steps=tree_depth(parent))]
+    paths = tree_paths(parent, {v: j for j, v in enumerate(kids)})
+    return [FlowSpec(edges, size, steps=tree_depth(parent), lat_stages=(paths,))]
 
 
 def nvls_specs(shape: GroupShape, op: str, size: float) -> list[FlowSpec]:
@@ -349,7 +381,7 @@ def hierarchical_specs(shape: GroupShape, op: str, size: float) -> list[FlowSpec
         out = []
         if k > 1:
             for s in shape.servers:
-                specs.append(FlowSpec(list(zip(s, s[1:] + s[:1])), nbytes, steps=k - 1, deps=deps))
+                specs.append(FlowSpec(list(zip(s, s[1:] + s[:1])), nbytes, steps=k - 1, deps=deps, ring=True))
                 out.append(len(specs) - 1)
         return out
 
@@ -358,7 +390,8 @@ def hierarchical_specs(shape: GroupShape, op: str, size: float) -> list[FlowSpec
         if m > 1:
             for j in range(k):
                 ring = [s[j] for s in shape.servers]
-                specs.append(FlowSpec(list(zip(ring, ring[1:] + ring[:1])), nbytes, steps=steps, deps=deps))
+                specs.append(FlowSpec(list(zip(ring, ring[1:] + ring[:1])), nbytes, steps=steps, deps=deps,
+                                      ring=True))
                 out.append(len(specs) - 1)
         return out
 

@@ -2,27 +2,22 @@
 # Generate a DeepSpeed (ZeRO) training workload with AICB's flag names, e.g.
 #   scripts/deepspeed_workload.sh -m 13 --world_size 64 --stage 3 --global_batch 256 --micro_batch 1 \
 #       --seq_length 2048 --reduce_bucket_size 500000000 --allgather_bucket_size 500000000
-# --stage defaults to 1 (AICB's DeepSpeed default is ZeRO-1 too); TP defaults to 1 and is never
-# overridden. Writes the SimAI workload to results/workload/ unless --simai/--out/--simai-dir is given.
+# --stage defaults to 1 (AICB's DeepSpeed default is ZeRO-1 too; a --plan-file's zero_stage wins);
+# TP is whatever you give (flag or --plan-file), 1 when neither sets it: the script adds no TP flag.
+# Writes the SimAI workload to results/workload/ unless --simai/--out/--simai-dir is given.
 set -euo pipefail
 args=()
 want_default_out=1
-have_tp=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --frame)
       if [[ $# -lt 2 ]]; then echo "deepspeed_workload.sh: error: --frame: expected a value" >&2; exit 2; fi
       shift 2 ;;
     --frame=*) shift ;;
-    # any spelling of the TP flag, also --tp=4 and argparse prefixes: the user's TP is never overridden
-    --tp|--tp=*|--tensor[-_]*) have_tp=1; args+=("$1"); shift ;;
     --simai|--simai-dir|--out|-o|--simai=*|--simai-dir=*|--out=*) want_default_out=0; args+=("$1"); shift ;;
     *) args+=("$1"); shift ;;
   esac
 done
-if [[ $have_tp -eq 0 ]]; then
-  args+=(--tp 1)
-fi
 if [[ $want_default_out -eq 1 ]]; then
   args+=(--simai-dir "results/workload")
 fi

@@ -26,8 +26,15 @@ USER_ERRORS = (WorkloadError, TopoError, NetsimError, ComputeDBError, SimError,
                FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with usage errors as one line (not the whole usage block); subparsers inherit it."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="clustersim",
         description="Simulate large-model training iterations on GPU clusters.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

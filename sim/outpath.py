@@ -45,6 +45,9 @@ def atomic_write(path: str | Path, data: bytes, kind: str = "file") -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)   # mkstemp creates 0600; give the file the user's usual mode
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -2,9 +2,11 @@
 
 Bisection bandwidth is the tier-cut value of a hierarchical (Clos / fat-tree) fabric:
 min(host injection, total uplink bandwidth of each switch tier) / 2 — the capacity a worst-case
-half/half split of the GPUs can push across, when the split follows the hierarchy. For irregular
-hand-written fabrics it is an upper estimate. Full bisection = injection / 2. NVLink / PCIe are
-not counted (scale-out network only).
+half/half split of the GPUs can push across, when the split follows the hierarchy. A tier whose
+switches (with those below) already connect every endpoint — e.g. the PSWs of a single pod under a
+core tier — cuts nothing, so its uplinks are left out. For irregular hand-written fabrics it is an
+upper estimate. Full bisection = injection / 2. NVLink / PCIe are not counted (scale-out network
+only).
 """
 
 from __future__ import annotations
@@ -126,7 +128,9 @@ def summarize(t: Topology, router=None) -> dict:
         lv = tier_rank(tier) + 1
         if up[lv]:
             over[tier] = down[lv] / up[lv]
-    cut = [injection] + [up[tier_rank(tr) + 1] for tr in net_tiers if up[tier_rank(tr) + 1]]
+    joined = _tiers_joining_all_endpoints(t, level)
+    cut = [injection] + [up[tier_rank(tr) + 1] for tr in net_tiers
+                         if up[tier_rank(tr) + 1] and tier_rank(tr) + 1 not in joined]
     bisection = min(cut) / 2 if injection else 0.0
     r = router or Router(t)
     max_hops = _max_hops(t, r)
@@ -141,6 +145,38 @@ def summarize(t: Topology, router=None) -> dict:
         "full_bisection_Bps": injection / 2, "bisection_Bps": bisection,
         "max_hops": max_hops, "rails": len(rails), "rail_optimized": _rail_optimized(t) if injection else False,
     }
+
+
+def _tiers_joining_all_endpoints(t: Topology, level: list[int]) -> set[int]:
+    """Network levels L at which the network links among levels <= L already connect every endpoint
+    (GPU or NIC attached to a ToR): traffic between any two endpoints can turn around at or below
+    L, so the uplinks of L and above cut nothing (e.g. one pod under an oversubscribed core)."""
+    parent = list(range(len(t.nodes)))
+
+    def find(a: int) -> int:
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    by_level: dict[int, list[tuple[int, int]]] = {}
+    endpoints: set[int] = set()
+    for lk in t.links[::2]:
+        if lk.kind != "network":
+            continue
+        a, b = level[lk.src], level[lk.dst]
+        if min(a, b) == 0:
+            endpoints.add(lk.src if a == 0 else lk.dst)
+        by_level.setdefault(max(a, b), []).append((lk.src, lk.dst))
+    joined: set[int] = set()
+    for lv in sorted(by_level):
+        for a, b in by_level[lv]:
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                parent[ra] = rb
+        if lv > 0 and endpoints and len({find(e) for e in endpoints}) == 1:
+            joined.add(lv)
+    return joined
 
 
 def _max_hops(t: Topology, r) -> int:

@@ -178,17 +178,25 @@ def _aggregated(t: Topology, plt):
     for i, tier in enumerate(rows):
         ax.add_patch(plt.Rectangle((0.2, i - 0.25), 0.6, 0.5, facecolor="#dde7f5", edgecolor="black"))
         ax.text(0.5, i, f"{tier}  x {count[tier]:,}", ha="center", va="center", fontsize=11)
-    for (a, b), n in pair_cables.items():
+    skip = 0
+    for (a, b), n in sorted(pair_cables.items(), key=lambda kv: (rows.index(kv[0][1]) - rows.index(kv[0][0]),
+                                                                rows.index(kv[0][0]))):
         ia, ib = rows.index(a), rows.index(b)
+        label = f"{n:,} cables, {pair_bw[(a, b)] * 8 / 1e12:,.1f} Tbps"
         if ia == ib:
-            ax.text(0.83, ia, f"{n:,} cables inside tier", fontsize=8, va="center")
+            ax.text(0.83, ia + 0.12, f"{n:,} cables inside tier", fontsize=8, va="center")
             continue
-        xoff = 0.5 + 0.08 * (ib - ia - 1)
-        ax.annotate("", xy=(xoff, ib - 0.25), xytext=(xoff, ia + 0.25),
-                    arrowprops=dict(arrowstyle="-", lw=1.5, color="gray"))
-        ax.text(xoff + 0.02, (ia + ib) / 2, f"{n:,} cables, {pair_bw[(a, b)] * 8 / 1e12:,.1f} Tbps",
-                fontsize=8, va="center")
-    ax.set_xlim(0, 1.3)
+        if ib - ia == 1:   # neighbouring rows: straight through the gap between the boxes
+            ax.plot([0.5, 0.5], [ia + 0.25, ib - 0.25], lw=1.5, color="gray")
+            ax.text(0.52, (ia + ib) / 2, label, fontsize=8, va="center")
+            continue
+        # rows skipped (e.g. GPU -> ToR past the NVSwitch row): an elbow right of the boxes, so that the
+        # line and its label never cross a box or another label
+        xo = 0.86 + 0.1 * skip
+        skip += 1
+        ax.plot([0.8, xo, xo, 0.8], [ia + 0.1, ia + 0.1, ib - 0.1, ib - 0.1], lw=1.5, color="gray")
+        ax.text(xo + 0.015, (ia + ib) / 2, label, fontsize=8, va="center", rotation=90)
+    ax.set_xlim(0, max(1.3, 0.95 + 0.1 * skip))
     ax.set_ylim(-0.6, len(rows) - 0.4)
     ax.axis("off")
     ax.set_title(f"{t.name or 'topology'} (aggregated): {t.num_gpus:,} x {t.gpu_type}, "

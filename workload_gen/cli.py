@@ -144,18 +144,33 @@ def _model(args):
             raise WorkloadError(f"--{k.replace('_', '-')}: must be positive (got {v})")
     if args.swiglu:
         over["activation"] = "swiglu"
-    if "hidden_size" in over and "ffn_hidden_size" not in over and model.activation == "gelu":
-        over["ffn_hidden_size"] = 4 * over["hidden_size"]
+    if "hidden_size" in over and "ffn_hidden_size" not in over:
+        # a model whose FFN follows Megatron's default rule keeps following it (as AICB, which leaves
+        # --ffn_hidden_size to Megatron): 4h for GELU, int(4h*2/3/64)*64 for SwiGLU
+        if model.activation == "gelu":
+            over["ffn_hidden_size"] = 4 * over["hidden_size"]
+        elif model.gated_mlp and model.ffn_hidden_size == _swiglu_ffn(model.hidden_size):
+            over["ffn_hidden_size"] = _swiglu_ffn(over["hidden_size"])
+    if "num_attention_heads" in over and "num_kv_heads" not in over and model.kv_heads == model.num_attention_heads:
+        over["num_kv_heads"] = None   # multi-head attention stays multi-head (one KV head per query head)
     return dataclasses.replace(model, **over) if over else model
+
+
+def _swiglu_ffn(hidden: int) -> int:
+    """Megatron's default SwiGLU FFN width (also AICB's `-m` sizes): int(4h * 2/3 / 64) * 64."""
+    return int(4 * hidden * 2 / 3 / 64) * 64
 
 
 def _plan(args, model):
     from workload_gen.plan import ParallelPlan
     base = {}
+    given: set = set()   # keys the plan file sets itself (base holds every field)
     if args.plan_file:
-        from workload_gen.config_io import load_plan
+        from workload_gen.config_io import load_plan, read_mapping
         # a plan file without seq_length uses the model's (not ParallelPlan's default); --seq overrides
         base = dataclasses.asdict(load_plan(args.plan_file, model=model))
+        raw = read_mapping(Path(args.plan_file))
+        given = set(raw["plan"]) if set(raw) == {"plan"} and isinstance(raw["plan"], dict) else set(raw)
     fw = args.framework
     if fw == "deepseek":
         fw = "megatron"
@@ -177,7 +192,7 @@ def _plan(args, model):
     cfg.setdefault("seq_length", model.seq_length)
     if "world_size" not in cfg:
         cfg["world_size"] = cfg.get("tp", 1) * cfg.get("pp", 1) * cfg.get("cp", 1)
-    if cfg.get("framework") == "deepspeed" and args.zero_stage is None and "zero_stage" not in base:
+    if cfg.get("framework") == "deepspeed" and args.zero_stage is None and "zero_stage" not in given:
         cfg["zero_stage"] = 1
     return ParallelPlan(**cfg)
 

@@ -209,6 +209,43 @@ def _from_hf(k: _Keys, name: str) -> ModelSpec:
     return ModelSpec(**kw, extra=extra)
 
 
+# ModelSpec field -> the key of the source file that set it, so that a rule broken by a loaded file
+# (e.g. KV heads not dividing the heads) names the key the user wrote, not clustersim's field name.
+_HF_KEYS = {
+    "num_layers": "num_hidden_layers", "num_kv_heads": "num_key_value_heads",
+    "ffn_hidden_size": "intermediate_size", "moe_top_k": "num_experts_per_tok",
+    "moe_ffn_hidden_size": "moe_intermediate_size", "num_shared_experts": "n_shared_experts",
+    "num_dense_layers": "first_k_dense_replace", "seq_length": "max_position_embeddings",
+    "tie_embeddings": "tie_word_embeddings", "add_qkv_bias": "attention_bias",
+}
+_HF_KEYS_BY_ARCH = {
+    "mixtral": {"num_experts": "num_local_experts", "moe_ffn_hidden_size": "intermediate_size"},
+    "qwen3_moe": {"num_experts": "num_experts", "moe_layer_pattern": "mlp_only_layers"},
+    "deepseek_v2": {"num_experts": "n_routed_experts", "moe_layer_pattern": "moe_layer_freq"},
+    "deepseek_v3": {"num_experts": "n_routed_experts", "moe_layer_pattern": "moe_layer_freq"},
+}
+_PERFLLM_KEYS = {
+    "name": "model_name", "num_layers": "layer_num", "num_attention_heads": "head_num",
+    "num_kv_heads": "kv_head_num", "head_dim": "head_size", "ffn_hidden_size": "intermediate_size",
+    "num_experts": "expert_num", "moe_top_k": "topk", "num_dense_layers": "dense_layers",
+    "shared_expert_ffn_hidden_size": "moe_shared_expert_intermediate_size",
+    "qk_nope_head_dim": "qk_head_dim", "qk_rope_head_dim": "qk_pos_emb_head_dim",
+}
+
+
+def _source_key(field: str, data: dict, kind: str) -> str:
+    """The file's key for ModelSpec `field` (`kind`: "hf", "perfllm" or "fields")."""
+    if kind == "perfllm":
+        return _PERFLLM_KEYS.get(field, field)
+    if kind == "hf":
+        arch = data.get("model_type")
+        if arch not in HF_ARCHITECTURES:
+            arch = next((_ARCH_BY_CLASS[c.lower()] for c in data.get("architectures") or []
+                         if isinstance(c, str) and c.lower() in _ARCH_BY_CLASS), None)
+        return _HF_KEYS_BY_ARCH.get(arch, {}).get(field) or _HF_KEYS.get(field, field)
+    return field
+
+
 def _from_perfllm(k: _Keys, name: str) -> ModelSpec:
     heads = k.int("head_num")
     kw: dict[str, Any] = dict(
@@ -244,10 +281,13 @@ def model_from_mapping(data: dict, path: str | Path = "<model>") -> ModelSpec:
     k = _Keys(path, data)
     name = _default_name(path)
     if "model_type" in data and data.get("model_type") in ("dense", "moe") and "head_num" in data:
+        kind = "perfllm"
         spec = _from_perfllm(k, name)
     elif "model_type" in data or "architectures" in data:
+        kind = "hf"
         spec = _from_hf(k, name)
     else:
+        kind = "fields"
         base = None
         if "base" in data:
             from workload_gen.zoo import get_model
@@ -263,7 +303,7 @@ def model_from_mapping(data: dict, path: str | Path = "<model>") -> ModelSpec:
         validate_model(spec)
     except WorkloadError as e:
         msg = str(e)
-        key = msg.split(":", 1)[0].removeprefix("model.")
+        key = _source_key(msg.split(":", 1)[0].removeprefix("model."), data, kind)
         raise ConfigFileError(f"{path}: key '{key}': {msg.split(':', 1)[1].strip()}") from None
     return spec
 

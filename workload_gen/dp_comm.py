@@ -16,8 +16,12 @@ Modelled (Megatron-core `DistributedDataParallel` with overlap_grad_reduce / ove
   gradient, only in the last micro-batch (earlier micro-batches accumulate locally). Distributed
   optimizer: reduce-scatter (nccl-tests size = the whole bucket); otherwise all-reduce.
 - Distributed optimizer parameter all-gather (bf16 params, 2 bytes) per bucket in the forward pass of
-  the first micro-batch, issued at the start of the layer holding the bucket's first parameter and
-  waited on by that parameter's first kernel.
+  the first micro-batch, waited on by the first kernel that uses one of the bucket's parameters.
+  Dispatch follows megatron-core's overlap_param_gather chain (one bucket ahead): the first bucket of
+  each buffer (dense, expert) is dispatched when the iteration starts, bucket i+1 when the forward pass
+  reaches the first user of bucket i — so the gather of the next layer overlaps this layer's forward.
+  (megatron-core without --align-param-gather dispatches the very first bucket at its first use; we
+  dispatch it at the start, as the aligned / overlap-with-optimizer-step variants do.)
 Ignored: bucket padding to multiples of the DP size.
 """
 
@@ -88,7 +92,8 @@ def param_gathers(c: Ctx, fwd: list[Op], bwd: list[tuple[Op, int, int]], bucket_
     """Distributed-optimizer parameter all-gathers inserted into a forward list (micro-batch "first").
 
     Buckets are rebuilt from the backward gradient order; each bucket is attributed to the forward
-    kernel that first uses one of its parameters (the forward op of the earliest layer in the bucket).
+    kernel that first uses one of its parameters (the forward op of the earliest layer in the bucket),
+    which waits for it. Dispatch points follow the one-bucket-ahead chain of the module docstring.
     """
     p = c.plan
     limit = bucket_elems or megatron_bucket_elements(p)
@@ -110,28 +115,26 @@ def param_gathers(c: Ctx, fwd: list[Op], bwd: list[tuple[Op, int, int]], bucket_
         if acc[kind]:
             buckets.append((kind, acc[kind], last_key[kind]))
     groups = {0: (dgroup, dsize), 1: ("edp", p.edp)}
-    # place each gather at the start of the layer of its first forward user
-    index = {}
+    index: dict[tuple[str, int], int] = {}
     for i, op in enumerate(fwd):
         index.setdefault((op.name, op.layer), i)
-    layer_start = {}
-    for i, op in enumerate(fwd):
-        layer_start.setdefault(op.layer, i)
     inserts: dict[int, list[Op]] = {}
-    for n, (kind, elems, key) in enumerate(buckets):
+    for kind in (0, 1):
         group, gsize = groups[kind]
-        if gsize <= 1 or key not in index:
+        chain = sorted(((key, elems, n) for n, (k, elems, key) in enumerate(buckets) if k == kind and key in index),
+                       key=lambda b: index[b[0]])
+        if gsize <= 1:
             continue
-        at = layer_start[key[1]]
-        inserts.setdefault(at, []).append(
-            comm(f"{prefix}_gather{n}", "all_gather", group, elems * PARAM_BYTES, key[1], "fwd", blocking=False,
-                 wait_op=key[0], microbatch="first"))
-    # Megatron dispatches the first bucket's gather when the iteration starts (after the optimizer
-    # step), not after the pipeline receive: gathers placed before any compute go to the very front.
-    first_compute = next((i for i, op in enumerate(fwd) if not op.is_comm), len(fwd))
-    for at in [a for a in inserts if 0 < a <= first_compute]:
-        inserts.setdefault(0, [])
-        inserts[0] = inserts[0] + inserts.pop(at)
+        for j, (key, elems, n) in enumerate(chain):
+            # dispatched when the previous bucket of the chain is waited on; the first at the start
+            at, target = (0 if j == 0 else index[chain[j - 1][0]]), index[key]
+            # wait_op names the first LATER op of that name: issue after any earlier namesake
+            for k in range(at, target):
+                if fwd[k].name == key[0]:
+                    at = k + 1
+            inserts.setdefault(at, []).append(
+                comm(f"{prefix}_gather{n}", "all_gather", group, elems * PARAM_BYTES, key[1], "fwd",
+                     blocking=False, wait_op=key[0], microbatch="first"))
     out: list[Op] = []
     for i, op in enumerate(fwd):
         # buckets were found in backward order; issue the earliest-needed first

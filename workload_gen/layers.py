@@ -541,7 +541,11 @@ def layer_units(c: Ctx, layer: int) -> list[Unit]:
 # ---------------------------------------------------------------- embedding and head
 
 def embedding_units(c: Ctx) -> list[Unit]:
-    """Vocab-parallel word embedding (+ learned positions), TP reduction, embedding dropout."""
+    """Vocab-parallel word embedding, TP reduction (+ learned positions), embedding dropout.
+
+    megatron-core: with SP and RoPE the word embedding is reduce-scattered (backward all-gather);
+    with SP and learned positions it is all-reduced, the positions added on the full sequence and the
+    result split over TP (backward all-gather); without SP it is all-reduced (backward: nothing)."""
     m, T, Tsp, h, ab = c.model, c.tokens, c.tokens_sp, c.h, c.ab
     dims = {"tokens": T, "hidden": h, "vocab": c.vocab_rank}
     f = compute("embedding", "embedding", dims, c.act, 0.0, ab * T * h + 8 * T, "fwd", -1)
@@ -549,15 +553,19 @@ def embedding_units(c: Ctx) -> list[Unit]:
     pos = m.seq_length * h if m.position_embedding == "learned" else 0
     u = Unit([f], [(b, c.vocab_rank * h + pos, 0)])
     units = [u]
+    size = ab * T * h
+    if c.t > 1 and c.sp and not pos:
+        units.append(Unit([comm("embedding_rs", "reduce_scatter", "tp", size, -1, "fwd")],
+                          [(comm("embedding_rs_bwd", "all_gather", "tp", size, -1, "bwd"), 0, 0)]))
+    elif c.t > 1:
+        units.append(Unit([comm("embedding_ar", "all_reduce", "tp", size, -1, "fwd")]))
     if pos:
-        units.append(elementwise(c, "embedding_pos_add", T * h, -1))
-    if c.t > 1:
-        size = ab * T * h
+        pu = elementwise(c, "embedding_pos_add", T * h, -1)
         if c.sp:
-            units.append(Unit([comm("embedding_rs", "reduce_scatter", "tp", size, -1, "fwd")],
-                              [(comm("embedding_rs_bwd", "all_gather", "tp", size, -1, "bwd"), 0, 0)]))
-        else:
-            units.append(Unit([comm("embedding_ar", "all_reduce", "tp", size, -1, "fwd")]))
+            # the split to the sequence-parallel shard (no comm) follows the add; its backward
+            # all-gathers the gradient, so the position-embedding grads are identical on all TP ranks
+            pu.bwd.insert(0, (comm("embedding_ag_bwd", "all_gather", "tp", size, -1, "bwd"), 0, 0))
+        units.append(pu)
     if c.dropout:
         n = Tsp * h
         units.append(Unit([compute("embedding_dropout", "dropout", {"numel": n}, c.act, n, 2 * ab * n + n, "fwd",

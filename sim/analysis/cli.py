@@ -49,7 +49,7 @@ def register(subparsers) -> None:
     s.add_argument("--top-k", type=int, default=3, help="plans to confirm with the flow backend (default 3)")
     s.add_argument("--no-confirm", action="store_true", help="skip the flow-backend confirmation")
     s.add_argument("--workers", type=int, default=1, help="local worker processes (under mpiexec: MPI ranks)")
-    s.add_argument("--out", default="search_out", help="output directory (default search_out)")
+    s.add_argument("--out", "-o", default="search_out", help="output directory (default search_out)")
     s.set_defaults(func=cmd_search)
 
 
@@ -229,12 +229,14 @@ def cmd_search(args) -> int:
                      title=f"{model.name} on {args.world_size} x {hw.name}, gbs {args.gbs}")
     summary = {"model": model.name, "world_size": args.world_size, "global_batch_size": args.gbs,
                "evaluated": res.evaluated, "feasible": len(res.ranked), "elapsed_s": res.elapsed_s,
+               "memory_budget_bytes": res.memory_budget_bytes,
                "screen_method": res.screen_method, "confirm_method": res.confirm_method, "notes": res.notes,
                "best": plan_label(res.best.plan) if res.best else None,
                "rejected_families": res.rejected_families}
     _write_json(os.path.join(args.out, "summary.json"), summary)
-    print(f"evaluated {res.evaluated} plans in {res.elapsed_s:.1f} s; {len(res.ranked)} fit "
-          f"({hw.hbm_bytes / GiB:.1f} GiB - {args.gmi_error:g} GiB headroom)")
+    print(f"evaluated {res.evaluated} plans in {res.elapsed_s:.1f} s; {len(res.ranked)} fit in "
+          f"{res.memory_budget_bytes / GiB:.1f} GiB ({hw.hbm_bytes / GiB:.1f} GiB - CUDA context - "
+          f"{args.gmi_error:g} GiB headroom)")
     for i, c in enumerate(res.ranked[:10], 1):
         flow = "" if c.flow_iteration_time_s != c.flow_iteration_time_s else f" flow {c.flow_iteration_time_s:.3f} s"
         print(f"{i:>3}. {plan_label(c.plan):<60} {c.iteration_time_s:8.3f} s  MFU {c.mfu_6nd_with_attn:6.1%}  "

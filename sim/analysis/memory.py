@@ -12,8 +12,9 @@ Everything is per GPU (one rank of a pipeline stage), in bytes. Modelled:
 - In-flight micro-batches: 1F1B stage i of p keeps min(p - i, m); interleaved (Megatron) keeps the
   (p - i - 1)*2 + (v - 1)*p + 1 chunk forwards of its warm-up, each with that chunk's layers; GPipe keeps m.
 - Transients: forward — the saved activations so far plus the op's own temporaries (gathered SP input,
-  scores, logits); backward — rematerialised activations of the layer plus the gradient working set
-  (two tensors the size of the op's largest saved/temporary tensor).
+  scores, 16-bit logits next to their fp32 softmax); backward — rematerialised activations of the layer
+  plus the gradient working set (two tensors the size of the op's largest saved/temporary tensor; for
+  the loss, the 16-bit logits gradient: the fp32 one is formed in place in the saved softmax).
 - Communication buffers: NCCL buffers per communicator this rank belongs to, pipeline receive buffers,
   DeepSpeed ZeRO reduce/all-gather buckets.
 - Allocator (PyTorch caching allocator): reserved = allocated peak + block rounding (2 MiB per large
@@ -374,8 +375,10 @@ def analyze_memory(model, plan, workload=None, *, options: MemoryOptions = Memor
                 cum += sg.saved
             # relative to the chunk's full saved set (walk accounting on both sides)
             fwd_inside.append((best[0] - cum, best[1], best[2]))
-            # backward: the first layer backwarded is the chunk's last one (largest live set)
-            bbest = ((ce.transient_bytes + ce.saved_bytes), -1, ce.name) if last_chunk else (0, -1, "")
+            # backward: the first layer backwarded is the chunk's last one (largest live set). The loss
+            # backward forms the fp32 gradient in place in the saved softmax and casts it to a 16-bit
+            # gradient of the logits: one logits-sized 16-bit tensor on top of the saved set.
+            bbest = (ce.transient_bytes, -1, ce.name) if last_chunk else (0, -1, "")
             if layers:
                 sg = layer_summary(layers[-1], layers[-1] in fulls)
                 if sg.bwd_extra > bbest[0]:
@@ -439,9 +442,5 @@ def comm_buffers(model, plan, D: Dims, options: MemoryOptions) -> dict[str, int]
 
 def _largest_layer_params(model, plan) -> int:
     """Parameters of the largest transformer layer held by one rank before ZeRO sharding."""
-    try:
-        from workload_gen.params import layer_rank_params
-        return max(sum(layer_rank_params(model, plan, i)[:2]) for i in {0, model.num_layers - 1})
-    except ImportError:
-        from sim.analysis.stagefacts import own_rank_params
-        return max(own_rank_params(model, plan, 1, (i,)).total for i in {0, model.num_layers - 1})
+    from workload_gen.params import layer_rank_params
+    return max(sum(layer_rank_params(model, plan, i)[:2]) for i in {0, model.num_layers - 1})

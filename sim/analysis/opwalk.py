@@ -11,13 +11,14 @@ Every saved tensor carries a *component* that recompute policies act on:
 - "norm_out":   a GEMM input that is a norm's output (QKV, MLP fc1, router input): dropped by norm recompute.
 - "attn_core":  attention scores / softmax / attention dropout (non-flash), softmax stats (flash):
                 dropped by selective attention recompute (Korthikanti's "selective").
-- "qkv":        Q, K, V (inputs of the attention core): kept under selective recompute.
+- "qkv":        Q, K, V (inputs of the attention core) and the inputs of per-head Q/K norms: kept under
+                selective recompute.
 - "attn_linear": attention output-projection input and MLA low-rank tensors.
 - "mlp_act":    activation-function input and fc2 input (dense, shared and routed experts): dropped by MLP recompute.
 - "moe":        dispatched expert input tokens and router probabilities.
 - "dropout":    residual dropout masks.
-Modelled: GEMM/attention/norm/activation/dropout/MoE-dispatch tensors. Ignored: RoPE caches, bias
-gradients, small fp32 router/aux-loss tensors below 1% of a layer.
+Modelled: GEMM/attention/norm (incl. per-head Q/K norms)/activation/dropout/MoE-dispatch tensors and
+routing probabilities. Ignored: RoPE caches, bias gradients, fp32 aux-loss tensors.
 """
 
 from __future__ import annotations
@@ -194,6 +195,11 @@ def layer_walk(model, plan, layer: int, dims: Dims | None = None) -> LayerWalk:
         q_el = T * D.a * D.d // t
         k_el = T * D.kv * D.d // t
         v_el = T * D.kv * D.dv // t
+        if model.qk_layernorm:
+            # per-head Q and K norms (Qwen3): each keeps its input (Q and K) for backward
+            rows = T * (D.a + D.kv) // t
+            ops.append(_eltwise("attn_qk_norm", norm_kind, (("tokens", rows), ("hidden", D.d)), rows * D.d,
+                                BYTES_16 * (q_el + k_el), "qkv"))
         heads_kv, dqk_core = D.kv, D.d
     if model.position_embedding == "rope":
         ops.append(_eltwise("attn_rotary", "rotary", (("tokens", T), ("heads", D.a // t), ("head_dim", dqk_core)),
@@ -296,8 +302,9 @@ def _moe_block(model, plan, D: Dims, w: LayerWalk, gated: bool, act_kind: str) -
         w.comms.append(WalkComm("moe_etp_rs", "reduce_scatter", "etp", BYTES_16 * Te * h))
     if ep > 1:
         w.comms.append(WalkComm("moe_combine_a2a", "all_to_all", "ep", BYTES_16 * routed * h))
+    # unpermute weights each expert output by its fp32 routing probability (kept for backward: 4 B x k per token)
     ops.append(WalkOp("moe_unpermute", "unpermute", (("tokens", Tl), ("hidden", h), ("topk", k)), 2.0 * routed * h,
-                      BYTES_16 * (routed * h + Tl * h), 0, "moe", BYTES_16 * routed * h, bwd_factor=1.0))
+                      BYTES_16 * (routed * h + Tl * h), 4 * routed, "moe", BYTES_16 * routed * h, bwd_factor=1.0))
     if model.num_shared_experts > 0:
         Fs = (model.shared_expert_ffn_hidden_size or model.moe_ffn_hidden_size or model.ffn_hidden_size)
         Fs = Fs * model.num_shared_experts // t
@@ -319,8 +326,10 @@ def embedding_walk(model, plan, dims: Dims | None = None) -> list[WalkOp]:
 def output_walk(model, plan, dims: Dims | None = None) -> list[WalkOp]:
     """Ops after the last layer on the last stage: final norm, LM head, vocab-parallel cross-entropy.
 
-    The cross-entropy keeps the fp32 softmax (4 B per logit) for backward; the 16-bit logits and
-    their fp32 upcast are transient."""
+    The cross-entropy upcasts the 16-bit logits to fp32 and turns that copy into the softmax in place
+    (Megatron's vocab-parallel cross-entropy): the fp32 softmax (4 B per logit) is kept for backward,
+    the 16-bit logits (2 B per logit) are the transient. Backward forms the fp32 gradient in place in
+    the saved softmax and casts it to a 16-bit gradient (2 B per logit)."""
     D = dims or model_dims(model, plan)
     T, Tl, h = D.T, D.T // D.tsp, D.h
     Vt = D.vocab // D.t
@@ -329,5 +338,5 @@ def output_walk(model, plan, dims: Dims | None = None) -> list[WalkOp]:
         _eltwise("final_norm", norm_kind, (("tokens", Tl), ("hidden", h)), Tl * h, BYTES_16 * Tl * h, "norm_in"),
         _gemm("lm_head", T, Vt, h, BYTES_16 * Tl * h, "norm_out", BYTES_16 * T * Vt),
         WalkOp("cross_entropy", "cross_entropy", (("tokens", T), ("vocab", Vt)), 6.0 * T * Vt,
-               (BYTES_16 + 4 + 4) * T * Vt, 4 * T * Vt, "", (BYTES_16 + 4) * T * Vt, bwd_factor=1.0),
+               (BYTES_16 + 4 + 4) * T * Vt, 4 * T * Vt, "", BYTES_16 * T * Vt, bwd_factor=1.0),
     ]

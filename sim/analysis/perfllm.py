@@ -11,6 +11,10 @@ memory), `accelerator.op.<matmul|sdp_fwd|...>.{tflops, efficient_factor}`,
 `accelerator.bandwidth.default.{gbps, efficient_factor, latency_us}` (HBM, GB/s),
 `networks.<high_intra_node|inter_node>.bandwidth.{gbps, efficient_factor, latency_us}` (per GPU, GB/s).
 clustersim's own system file: `gpu: <name>` (+ optional `gpus_per_server`, `topology: {template, ...}`).
+
+Kernel times (run_estimate and the search alike): with that tool's system file, the roofline of its
+`tflops` x `efficient_factor` figures (the user's numbers); with a GPU name, a clustersim system file
+or a HardwareSpec, compute_db's measured/interpolated kernels (roofline where it has none).
 """
 
 from __future__ import annotations
@@ -46,6 +50,13 @@ _PLAN_TO_PERFLLM = {"tp": "tp_size", "pp": "pp_size", "cp": "cp_size", "ep": "ep
                     "distributed_optimizer": "zero_state", "zero_stage": "zero_state", "dtype": "dtype",
                     "recompute": "recompute_granularity"}
 _PERFLLM_STRATEGY_KEYS = {"tp_size", "pp_size", "ep_size", "cp_size", "micro_batch_num", "seq_len"}
+# ModelSpec field -> PerfLLM model-file key (to name the user's key in model errors)
+_MODEL_TO_PERFLLM = {"num_layers": "layer_num", "num_attention_heads": "head_num", "num_kv_heads": "kv_head_num",
+                     "head_dim": "head_size", "ffn_hidden_size": "intermediate_size", "num_experts": "expert_num",
+                     "moe_top_k": "topk", "num_dense_layers": "dense_layers",
+                     "shared_expert_ffn_hidden_size": "moe_shared_expert_intermediate_size",
+                     "qk_nope_head_dim": "qk_head_dim", "qk_rope_head_dim": "qk_pos_emb_head_dim",
+                     "activation": "use_swiglu", "attention": "attention_type"}
 GiB = 1024 ** 3
 
 
@@ -95,7 +106,7 @@ def load_system(src, dtype: str = "bf16") -> tuple[HardwareSpec, dict]:
     else:
         raise SimError(f"system_config: expected a path, mapping, GPU name or HardwareSpec (got {type(src).__name__})")
     if "accelerator" in data:
-        return _perfllm_system(data, where), {"gpu": data.get("sys_name", "custom")}
+        return _perfllm_system(data, where), {"gpu": data.get("sys_name", "custom"), "perfllm_system": True}
     if "gpu" not in data:
         raise SimError(f"{where}: key 'gpu': missing (or give a PerfLLM system file with 'accelerator')")
     gpu = data["gpu"]
@@ -146,13 +157,31 @@ def load_model_any(src):
     if isinstance(src, ModelSpec):
         return src
     if isinstance(src, dict):
-        return model_from_mapping(src)
+        return _perfllm_keys(lambda: model_from_mapping(src), src)
     if isinstance(src, (str, os.PathLike)):
         p = Path(src)
         if p.suffix.lower() in (".json", ".yaml", ".yml") or p.exists():
-            return load_model(p)
+            return _perfllm_keys(lambda: load_model(p), None, p)
         return get_model(str(src))
     raise SimError(f"model_config: expected a path, mapping, zoo name or ModelSpec (got {type(src).__name__})")
+
+
+def _perfllm_keys(load, data: dict | None, path: Path | None = None):
+    """Run `load`; a model error about a ModelSpec field of a PerfLLM model file names that file's key."""
+    try:
+        return load()
+    except ConfigFileError as exc:
+        msg = str(exc)
+        if data is None and path is not None:
+            try:
+                data = read_mapping(path)
+            except ConfigFileError:
+                raise exc from None
+        if not (isinstance(data, dict) and data.get("model_type") in ("dense", "moe") and "head_num" in data):
+            raise
+        for field, key in _MODEL_TO_PERFLLM.items():
+            msg = msg.replace(f"key '{field}':", f"key '{key}':")
+        raise SimError(msg) from None
 
 
 def load_strategy(src) -> tuple[object, MemoryOptions, str, dict]:
@@ -224,6 +253,15 @@ class PerfLLM:
         self._strategy_where = "<strategy>"
         self._perf_strategy = False
         self.last_search = None
+        self._use_db = True
+        self._db = None
+
+    def _kernel_db(self):
+        """compute_db for kernel times, or None (roofline of the system file's efficiencies)."""
+        if self._use_db and self._db is None:
+            from sim.analysis.search import _open_db
+            self._db = _open_db()
+        return self._db if self._use_db else None
 
     def configure(self, strategy_config=None, model_config=None, system_config=None) -> PerfLLM:
         """Load and validate the three configs (paths, mappings or objects)."""
@@ -231,6 +269,7 @@ class PerfLLM:
             raise SimError("configure: model_config and system_config are required")
         self.model = load_model_any(model_config)
         self.hw, self.system_extra = load_system(system_config)
+        self._use_db = not self.system_extra.get("perfllm_system", False)
         if strategy_config is not None:
             self.plan, self.mem_options, self._strategy_where, raw = load_strategy(strategy_config)
             self._perf_strategy = bool(raw)
@@ -253,7 +292,7 @@ class PerfLLM:
         simulator="analytical" | "flow": run the event-driven simulator `sim.simulate` on the generated
         workload and a topology (the system file's `topology`, else spectrum-x of the plan's size)."""
         self._need_plan()
-        self._estimate = estimate_step(self.model, self.plan, self.hw, topology=self.topology,
+        self._estimate = estimate_step(self.model, self.plan, self.hw, db=self._kernel_db(), topology=self.topology,
                                        selective=self.mem_options.selective)
         if simulator is not None:
             self._estimate = self._simulate(simulator)
@@ -365,13 +404,14 @@ class PerfLLM:
     def search_best_parallel_strategy_with_recompute(
             self, world_size: int, gmi_error: float = 6, micro_batch_size=1, global_batch_size: int | None = None,
             all_search_result: list | None = None, tp_search_list=None, ep_search_list=None, pp_search_list=None,
-            cp_search_list=None, vpp_search_list=None,
+            cp_search_list=None, vpp_search_list=None, etp_search_list=None,
             recompute_search_type=("no_recompute", "full_block", "selective_recompute"),
             use_reserved_memory: bool = False, dump_path: str | None = None, seq_len: int | None = None,
             optimizer_search_list=("none", "distributed"), top_k: int = 3, workers: int = 1) -> dict:
         """Search plans; returns the best as a dict (`best_plan` None if nothing fits).
 
-        `global_batch_size` counts sequences (as in the seed documents); `gmi_error` is GiB kept free.
+        `global_batch_size` counts sequences (as in the seed documents); `gmi_error` is GiB kept free
+        (besides the CUDA context). `*_search_list=None` searches the automatic values (etp: 1 and tp).
         Fills `all_search_result` (a list) with one dict per evaluated plan; writes ranked.csv,
         rejected_families.csv and pareto.png under `dump_path`."""
         if self.model is None:
@@ -390,12 +430,13 @@ class PerfLLM:
             raise SimError(f"recompute_search_type: unknown value {exc.args[0]!r} "
                            f"(use {', '.join(list(rmap)[:3])})") from None
         space = SearchSpace(tp=_tup(tp_search_list), pp=_tup(pp_search_list), cp=_tup(cp_search_list),
-                            ep=_tup(ep_search_list), vpp=_tup(vpp_search_list), micro_batch_size=mbs,
+                            ep=_tup(ep_search_list), vpp=_tup(vpp_search_list), etp=_tup(etp_search_list) or (None,),
+                            micro_batch_size=mbs,
                             recompute=rc, optimizer=tuple(optimizer_search_list))
         res = search(self.model, world_size, gbs, hw=self.hw, gpu=self.system_extra.get("gpu", "H100"),
                      seq_length=seq, space=space, gmi_error_GiB=gmi_error, use_reserved_memory=use_reserved_memory,
                      topology=self.topology, top_k=top_k, workers=workers,
-                     mem_options=self.mem_options)
+                     mem_options=self.mem_options, use_compute_db=self._use_db)
         self.last_search = res
         if all_search_result is not None:
             all_search_result.extend(candidate_dict(c) for c in res.candidates)

@@ -4,7 +4,8 @@ Space: TP, SP, PP, VPP, CP, EP, expert-TP, micro-batch size, recompute policy (n
 full with a layer count) and optimizer sharding (none / Megatron distributed optimizer / DeepSpeed
 ZeRO 1-3). For each candidate, in order:
 1. `workload_gen.plan_validation.validate_plan` — divisibility and framework rules (reason kept);
-2. memory (`memory.analyze_memory`): peak (reserved or allocated) + `gmi_error_GiB` must fit the GPU;
+2. memory (`memory.analyze_memory`): peak (reserved or allocated) + CUDA context + `gmi_error_GiB` must
+   fit the GPU (the same verdict as `clustersim memory` gives with gmi_error 0);
 3. screening step time: `steptime.estimate_step` (analytical, milliseconds per plan; see that module);
 then the top K are re-timed with `sim.simulate(..., network="flow")` when sim and workload_gen.generate
 are importable. Candidates are split over MPI ranks under `mpiexec` (mpi4py) or local processes.
@@ -40,7 +41,7 @@ class SearchSpace:
     vpp: tuple[int, ...] | None = None
     cp: tuple[int, ...] | None = None
     ep: tuple[int, ...] | None = None
-    etp: tuple[int | None, ...] = (None,)
+    etp: tuple[int | None, ...] = (None,)   # None: MoE tries 1 and tp (Megatron's default etp = tp)
     sequence_parallel: tuple[bool, ...] = (True, False)
     micro_batch_size: tuple[int, ...] = (1, 2, 4)
     recompute: tuple[str, ...] = RECOMPUTES
@@ -144,20 +145,23 @@ def enumerate_plans(model, world_size: int, global_batch_size: int, seq_length: 
             continue
         first, last, per_mid = split
         stage_counts = [c for c in (first, last, per_mid) if c]
-        per_stage = min(stage_counts)
+        # full recompute of n layers per chunk (clipped to each chunk's size): fractions of the largest
+        # chunk, so that fraction 1.0 recomputes every layer of an uneven pipeline too
+        max_stage = max(stage_counts)
         vpps = space.vpp or tuple(v for v in (1, 2, 3, 4, 5, 6, 8, 10)
                                   if all(c % v == 0 for c in stage_counts))
         sps = (False,) if tp == 1 else space.sequence_parallel   # SP needs tp > 1
-        for ep, etp, mbs, vpp, sp, opt in product(eps, space.etp, space.micro_batch_size, vpps, sps,
-                                                  space.optimizer):
+        etps = tuple(dict.fromkeys(v for e in space.etp for v in ((1, tp) if e is None else (e,)))) if moe \
+            else (None,)
+        for ep, etp_v, mbs, vpp, sp, opt in product(eps, etps, space.micro_batch_size, vpps, sps,
+                                                    space.optimizer):
             if vpp > 1 and pp == 1:
                 continue
             if not sp and tp > 1 and moe and ep > 1:
                 continue
             if global_batch_size % (mbs * dp):
                 continue
-            etp_v = etp if etp is not None else (1 if moe else None)
-            if moe and (tp * cp * dp) % (ep * (etp_v or tp)):
+            if moe and (tp * cp * dp) % (ep * etp_v):
                 continue
             framework, dist, zero = "megatron", False, 0
             if opt == "distributed":
@@ -169,7 +173,7 @@ def enumerate_plans(model, world_size: int, global_batch_size: int, seq_length: 
             for rc in space.recompute:
                 nums: tuple = (None,)
                 if rc == "full":
-                    chunk = per_stage // vpp
+                    chunk = max_stage // vpp
                     nums = tuple(sorted({max(1, int(round(chunk * f))) for f in space.full_recompute_fractions},
                                         reverse=True))
                 for n in nums:
@@ -206,12 +210,13 @@ def evaluate(ctx: _Ctx, plan, timers_cache: dict | None = None) -> Candidate:
     peak = mem.peak
     alloc, reserved = mem.peak_allocated_bytes, mem.peak_reserved_bytes
     used = reserved if ctx.use_reserved_memory else alloc
-    budget = ctx.hw.hbm_bytes - ctx.gmi_error_GiB * GiB
+    budget = fit_budget_bytes(ctx.hw, ctx.gmi_error_GiB, mem.cuda_context_bytes)
     c = Candidate(plan, True, "", alloc, reserved, str(peak.peak_path))
     if used > budget:
         c.feasible = False
         c.reason = (f"memory: peak {used / GiB:.1f} GiB > {budget / GiB:.1f} GiB "
-                    f"({ctx.hw.hbm_bytes / GiB:.1f} GiB - gmi_error {ctx.gmi_error_GiB:g} GiB) at {peak.peak_path}; "
+                    f"({ctx.hw.hbm_bytes / GiB:.1f} GiB - CUDA context {mem.cuda_context_bytes / GiB:.2f} GiB "
+                    f"- gmi_error {ctx.gmi_error_GiB:g} GiB) at {peak.peak_path}; "
                     f"model states {peak.model_states.total_bytes / GiB:.1f} GiB, activations in flight "
                     f"{peak.peak_activation_bytes / GiB:.1f} GiB")
         return c
@@ -229,12 +234,18 @@ def evaluate(ctx: _Ctx, plan, timers_cache: dict | None = None) -> Candidate:
             timers_cache["comm"] = {}
         backend, shared = timers_cache["backend"], timers_cache["comm"]
     ct = CommTimer(ctx.hw, plan, ctx.topology, backend=backend, shared_cache=shared)
-    est = estimate_step(ctx.model, plan, ctx.hw, timers=(kt, ct))
-    u = utilisation(count_flops(ctx.model, plan), est.iteration_time_s, plan.world_size, ctx.hw.peak_flops)
+    sel = ctx.mem_options.selective
+    est = estimate_step(ctx.model, plan, ctx.hw, timers=(kt, ct), selective=sel)
+    u = utilisation(count_flops(ctx.model, plan, sel), est.iteration_time_s, plan.world_size, ctx.hw.peak_flops)
     c.iteration_time_s = est.iteration_time_s
     c.mfu_6nd_with_attn, c.hfu, c.tokens_per_s_per_gpu = u["mfu_6nd_with_attn"], u["hfu"], u["tokens_per_s_per_gpu"]
     c.exposed_comm_s, c.bubble_s = dict(est.exposed_comm_s), est.bubble_s
     return c
+
+
+def fit_budget_bytes(hw: HardwareSpec, gmi_error_GiB: float, cuda_context_bytes: int) -> float:
+    """Bytes the allocator may use: device memory - CUDA context (outside the allocator) - headroom."""
+    return hw.hbm_bytes - cuda_context_bytes - gmi_error_GiB * GiB
 
 
 def _evaluate_many(args) -> list[Candidate]:
@@ -247,8 +258,12 @@ def search(model, world_size: int, global_batch_size: int, *, gpu: str = "H100",
            space: SearchSpace = SearchSpace(), gmi_error_GiB: float = 6.0, use_reserved_memory: bool = True,
            dtype: str = "bf16", topology=None, hw: HardwareSpec | None = None, top_k: int = 3,
            confirm: bool = True, workers: int = 1, mem_options: MemoryOptions | None = None,
-           progress: bool = False, max_candidates: int | None = None) -> SearchResult:
-    """Search the plan space for the fastest plan that fits (see module docstring)."""
+           progress: bool = False, max_candidates: int | None = None,
+           use_compute_db: bool = True) -> SearchResult:
+    """Search the plan space for the fastest plan that fits (see module docstring).
+
+    `use_compute_db=False` times kernels with the roofline of `hw` (its efficiencies) instead of
+    compute_db, as PerfLLM does for that tool's system files."""
     from sim.analysis.steptime import hardware_from_gpu
     if not gmi_error_GiB >= 0:  # negative headroom would report plans larger than the device as feasible
         from sim.errors import SimError
@@ -256,8 +271,9 @@ def search(model, world_size: int, global_batch_size: int, *, gpu: str = "H100",
     t0 = time.perf_counter()
     seq = seq_length or model.seq_length
     hw = hw or hardware_from_gpu(gpu, dtype)
-    db = _open_db()
-    ctx = _Ctx(model, hw, gmi_error_GiB, use_reserved_memory, mem_options or MemoryOptions(), topology, db)
+    db = _open_db() if use_compute_db else None
+    mem_options = mem_options or MemoryOptions()
+    ctx = _Ctx(model, hw, gmi_error_GiB, use_reserved_memory, mem_options, topology, db)
     plans = enumerate_plans(model, world_size, global_batch_size, seq, space, dtype)
     if max_candidates is not None:
         plans = plans[:max_candidates]
@@ -292,9 +308,11 @@ def search(model, world_size: int, global_batch_size: int, *, gpu: str = "H100",
     ranked = sorted((c for c in cands if c.feasible), key=lambda c: (c.iteration_time_s, c.peak_mem_bytes))
     result = SearchResult(cands, ranked, rejected_families(cands), len(cands), 0.0,
                           "analysis.steptime analytical estimate (compute_db kernels when available, "
-                          "netsim analytical collectives when a topology is given)",
-                          memory_budget_bytes=hw.hbm_bytes - gmi_error_GiB * GiB)
-    if db is None:
+                          "netsim analytical collectives when a topology is given)" if db is not None else
+                          "analysis.steptime analytical estimate (roofline kernels with the hardware's "
+                          "efficiencies; netsim analytical collectives when a topology is given)",
+                          memory_budget_bytes=fit_budget_bytes(hw, gmi_error_GiB, mem_options.cuda_context_bytes))
+    if db is None and use_compute_db:
         result.notes.append("compute_db.open_db not importable: kernel times from the roofline fallback")
     if confirm and ranked and top_k > 0:
         _confirm(result, model, topology, gpu, top_k, progress)
@@ -383,8 +401,9 @@ def plan_label(p) -> str:
             f"-dp{p.dp}-mbs{p.micro_batch_size}-{rc}-{opt}")
 
 
-CSV_FIELDS = ("rank", "plan", "tp", "sequence_parallel", "pp", "num_layers_first_stage", "num_layers_last_stage", "vpp", "cp", "ep", "etp", "dp", "micro_batch_size",
-              "num_microbatches", "recompute", "recompute_num_layers", "framework", "distributed_optimizer",
+CSV_FIELDS = ("rank", "plan", "world_size", "tp", "sequence_parallel", "pp", "num_layers_first_stage",
+              "num_layers_last_stage", "vpp", "cp", "ep", "etp", "dp", "micro_batch_size", "num_microbatches",
+              "global_batch_size", "seq_length", "dtype", "flash_attention", "recompute", "recompute_num_layers", "framework", "distributed_optimizer",
               "zero_stage", "iteration_time_s", "flow_iteration_time_s", "mfu_6nd_with_attn", "hfu",
               "tokens_per_s_per_gpu", "bubble_s", "exposed_tp_s", "exposed_cp_s", "exposed_ep_s",
               "exposed_dp_s", "exposed_pp_s", "peak_mem_bytes", "peak_mem_with_reserved_bytes", "peak_path")
@@ -393,10 +412,12 @@ CSV_FIELDS = ("rank", "plan", "tp", "sequence_parallel", "pp", "num_layers_first
 def _row(i: int, c: Candidate) -> dict:
     p = c.plan
     e = c.exposed_comm_s
-    return {"rank": i, "plan": plan_label(p), "tp": p.tp, "sequence_parallel": p.sequence_parallel, "pp": p.pp,
+    return {"rank": i, "plan": plan_label(p), "world_size": p.world_size, "tp": p.tp, "sequence_parallel": p.sequence_parallel, "pp": p.pp,
             "num_layers_first_stage": p.num_layers_first_stage or "", "num_layers_last_stage": p.num_layers_last_stage or "",
             "vpp": p.vpp, "cp": p.cp, "ep": p.ep, "etp": "" if p.etp is None else p.etp, "dp": p.dp,
             "micro_batch_size": p.micro_batch_size, "num_microbatches": p.num_microbatches,
+            "global_batch_size": p.global_batch_size, "seq_length": p.seq_length, "dtype": p.dtype,
+            "flash_attention": p.flash_attention,
             "recompute": p.recompute, "recompute_num_layers": p.recompute_num_layers or "",
             "framework": p.framework, "distributed_optimizer": p.distributed_optimizer,
             "zero_stage": p.zero_stage, "iteration_time_s": f"{c.iteration_time_s:.6g}",

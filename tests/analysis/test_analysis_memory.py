@@ -136,16 +136,56 @@ def test_model_states_experts_shard_over_expert_dp():
     assert ms.optimizer_bytes == 12 * (1_600_000 // 8 + 400_000 // 4)
 
 
-def test_stage_weights_equal_stage_params():
-    from workload_gen.params import stage_params
+# Llama-3-8B parameters one rank holds at tp 2, counted by hand: h 4096, 32 heads of 128, 8 KV heads,
+# SwiGLU ffn 14336, RMSNorm (h weights), vocabulary 128256 (= 501 x 256: no padding at tp 2), untied head
+_L8_LAYER_TP2 = (4096 * (32 + 2 * 8) * 128 // 2 + 32 * 128 * 4096 // 2   # QKV, output projection
+                 + 3 * 4096 * 14336 // 2 + 2 * 4096)                       # gate/up/down, two norms
+_L8_EMB_TP2 = 128256 * 4096 // 2
+
+
+def test_stage_model_states_by_hand_distributed_optimizer():
     from workload_gen.zoo import get_model
     m = get_model("llama3-8b")
-    p = ParallelPlan(world_size=32, tp=2, pp=4, seq_length=4096, global_batch_size=32, distributed_optimizer=True)
-    rep = analyze_memory(m, p)
-    for st in rep.stages:
-        sp = stage_params(m, p, st.stage)
-        assert st.model_states.weight_bytes == 2 * sp.dense
-        assert st.model_states.optimizer_bytes == 12 * (-(-sp.dense // 4))
+    # tp 2, pp 4 (8 layers per stage), cp 2, dp 4: the optimizer shards over dp x cp = 8
+    p = ParallelPlan(world_size=64, tp=2, pp=4, cp=2, seq_length=4096, global_batch_size=64,
+                     distributed_optimizer=True)
+    params = [8 * _L8_LAYER_TP2 + _L8_EMB_TP2, 8 * _L8_LAYER_TP2, 8 * _L8_LAYER_TP2,
+              8 * _L8_LAYER_TP2 + 4096 + _L8_EMB_TP2]          # + embedding / + final norm and LM head
+    for st, n in zip(analyze_memory(m, p).stages, params):
+        ms = st.model_states
+        assert (ms.dense_params, ms.expert_params) == (n, 0)
+        assert (ms.weight_bytes, ms.grad_bytes, ms.optimizer_bytes) == (2 * n, 4 * n, 12 * (-(-n // 8)))
+
+
+@pytest.mark.parametrize("zero", [1, 2, 3])
+def test_stage_model_states_by_hand_zero(zero):
+    from workload_gen.zoo import get_model
+    m = get_model("llama3-8b")
+    p = ParallelPlan(world_size=64, tp=2, framework="deepspeed", zero_stage=zero, seq_length=4096,
+                     global_batch_size=64)                       # dp 32
+    n = 32 * _L8_LAYER_TP2 + 2 * _L8_EMB_TP2 + 4096
+    shard = -(-n // 32)
+    ms = analyze_memory(m, p).stages[0].model_states
+    assert ms.weight_bytes == 2 * (shard if zero >= 3 else n)
+    assert ms.grad_bytes == 4 * (shard if zero >= 2 else n)
+    assert ms.optimizer_bytes == 12 * shard
+
+
+def test_moe_stage_model_states_by_hand():
+    from workload_gen.zoo import get_model
+    m = get_model("mixtral-8x7b")
+    # tp 2, pp 2 (16 layers per stage), ep 4, etp 1: dp 16, expert-dp = 2 * 16 / 4 = 8
+    p = ParallelPlan(world_size=64, tp=2, pp=2, ep=4, etp=1, sequence_parallel=True, seq_length=4096,
+                     global_batch_size=64, distributed_optimizer=True)
+    dense_layer = 4096 * 48 * 128 // 2 + 4096 * 4096 // 2 + 2 * 4096 + 4096 * 8   # attention, norms, router
+    expert_layer = (8 // 4) * 3 * 4096 * 14336                                    # 2 local experts, etp 1
+    emb = 32000 * 4096 // 2                                                        # 32000 = 125 x 256
+    for st in analyze_memory(m, p).stages:
+        d = 16 * dense_layer + emb + (4096 if st.stage == 1 else 0)
+        e = 16 * expert_layer
+        ms = st.model_states
+        assert (ms.dense_params, ms.expert_params) == (d, e)
+        assert ms.optimizer_bytes == 12 * (-(-d // 16) + -(-e // 8))
 
 
 # ---------------------------------------------------------------------------------- schedules / peaks
@@ -191,10 +231,8 @@ def test_mem_factor_overrides_reserved_ratio():
 
 @pytest.mark.parametrize("s,b,h,a,t", SHAPES)
 def test_workload_saved_bytes_match_formula_when_generator_present(s, b, h, a, t):
-    """The generator's ComputeOp.saved_bytes (helper A2) summed per layer equal the paper's formulas."""
-    wg = pytest.importorskip("workload_gen")
-    if not hasattr(wg, "generate"):
-        pytest.skip("workload_gen.generate not available yet")
+    """The generator's ComputeOp.saved_bytes summed per layer equal the paper's formulas."""
+    import workload_gen as wg
     from sim.analysis.memory import activations_from_workload
     model = gpt_layer_model(h, a, s)
     cases = [(False, "none", s * b * h * 10 + 24 * s * b * h // t + 5 * a * s * s * b // t),
@@ -210,9 +248,7 @@ def test_workload_saved_bytes_match_formula_when_generator_present(s, b, h, a, t
 
 
 def test_workload_and_opwalk_agree_on_selective_component_choices():
-    wg = pytest.importorskip("workload_gen")
-    if not hasattr(wg, "generate"):
-        pytest.skip("workload_gen.generate not available yet")
+    import workload_gen as wg
     s, b, h, a, t = 1024, 1, 2048, 16, 2
     model = gpt_layer_model(h, a, s)
     plan = plan_for(s, b, t, sp=True, recompute="selective")
@@ -222,3 +258,48 @@ def test_workload_and_opwalk_agree_on_selective_component_choices():
         from_wl = analyze_memory(model, plan, w, options=opts).stages[0].activation_per_layer_bytes[1]
         from_walk = analyze_memory(model, plan, options=opts).stages[0].activation_per_layer_bytes[1]
         assert from_wl == from_walk == layer_activation_bytes(model, plan, 1, opts), sel
+
+
+@pytest.mark.parametrize("name,kw", [
+    # Qwen3: per-head Q/K norms keep Q and K; MoE unpermute keeps the fp32 routing probabilities
+    ("qwen3-235b-a22b", dict(world_size=128, tp=2, pp=2, ep=32, etp=1, sequence_parallel=True)),
+    ("mixtral-8x7b", dict(world_size=64, tp=2, pp=4, ep=8, etp=1, sequence_parallel=True,
+                          num_layers_first_stage=7, num_layers_last_stage=7)),
+    ("mixtral-8x7b", dict(world_size=64, tp=2, pp=2, ep=4, etp=2, sequence_parallel=True)),
+    ("deepseek-v3", dict(world_size=256, tp=2, pp=8, ep=16, etp=1, sequence_parallel=True,
+                         num_layers_first_stage=5, num_layers_last_stage=8)),       # MLA, shared expert
+    ("llama3-8b", dict(world_size=32, tp=2, pp=4, vpp=2, sequence_parallel=True, recompute="full",
+                       recompute_num_layers=2)),
+])
+def test_search_op_walk_keeps_what_the_workload_keeps(name, kw):
+    """The search prunes with the op walk; `clustersim memory` uses the workload: same bytes per layer."""
+    from workload_gen import generate
+    from workload_gen.zoo import get_model
+    m = get_model(name)
+    p = ParallelPlan(global_batch_size=64, seq_length=4096, **kw)
+    from_wl = analyze_memory(m, p, generate(m, p))
+    from_walk = analyze_memory(m, p)
+    for a, b in zip(from_wl.stages, from_walk.stages):
+        assert a.activation_per_layer_bytes == b.activation_per_layer_bytes, (name, a.stage)
+        assert a.activation_per_chunk_bytes == b.activation_per_chunk_bytes, (name, a.stage)
+
+
+def test_loss_transients_follow_megatron_cross_entropy():
+    """Vocab-parallel cross-entropy: the fp32 upcast of the logits becomes the saved softmax in place.
+
+    Forward peak at the loss = saved set + the 16-bit logits (2 B/logit); backward: the fp32 gradient
+    is formed in place in the softmax and cast to a 16-bit gradient (2 B/logit). A tiny model with a
+    large vocabulary makes the loss the peak of the last stage."""
+    s, V, h = 2048, 256000, 512
+    m = ModelSpec(name="bigvocab", num_layers=2, hidden_size=h, num_attention_heads=8, ffn_hidden_size=4 * h,
+                  vocab_size=V, seq_length=s)
+    p = ParallelPlan(world_size=2, pp=2, global_batch_size=8, seq_length=s)
+    last = analyze_memory(m, p).stages[-1]
+    logits = s * V                                  # 256000 is a multiple of 128: no padding
+    base = last.model_states.total_bytes + sum(last.comm_buffer_bytes.values())
+    # saved on the last stage: its layer, then final-norm input, LM-head input (2 B x s x h each), softmax
+    assert last.activation_per_microbatch_bytes == last.activation_per_layer_bytes[1] + 2 * 2 * s * h + 4 * logits
+    assert last.inflight_microbatches == 1
+    assert last.fwd_peak_allocated_bytes == base + last.peak_activation_bytes + 2 * logits
+    assert last.bwd_peak_allocated_bytes == base + last.peak_activation_bytes + 2 * logits
+    assert last.peak_path.op == "cross_entropy"

@@ -151,7 +151,7 @@ def test_cli_memory_prints_stages_and_fit(capsys, tmp_path):
     text = capsys.readouterr().out
     assert rc == 0 and "fits" in text and "stage 0" in text
     d = json.loads(out.read_text())
-    assert len(d["stages"]) == 2 and d["source"] in ("workload", "opwalk")
+    assert len(d["stages"]) == 2 and d["source"] == "workload"   # the generated workload's saved_bytes
 
 
 def test_cli_memory_impossible_plan_is_one_line(capsys):
@@ -188,3 +188,46 @@ def test_cli_memory_plan_file_errors_name_file_and_key(capsys, tmp_path):
     assert cli_main(["memory", "--model", "llama3-70b", "--plan", str(p)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and str(p) in err and "world_size" in err
+
+
+@pytest.mark.parametrize("system", ["system_h100.json", "H100"])
+def test_search_and_run_estimate_time_a_plan_alike(system):
+    """The search's time for its best plan equals run_estimate() of that plan on the same system
+    (that tool's system file: roofline of its efficiencies; a GPU name: compute_db kernels)."""
+    sysc = CFG / system if system.endswith(".json") else system
+    pm = PerfLLM().configure(model_config="llama3-8b", system_config=sysc)
+    best = pm.search_best_parallel_strategy_with_recompute(
+        world_size=16, global_batch_size=32, seq_len=4096, tp_search_list=[2], pp_search_list=[1, 2],
+        cp_search_list=[1], recompute_search_type=["no_recompute"])
+    again = PerfLLM().configure(strategy_config=pm.last_search.best.plan, model_config="llama3-8b",
+                                system_config=sysc)
+    assert again.run_estimate()["duration_time_per_iter_s"] == pytest.approx(best["duration_time_per_iter_s"],
+                                                                              rel=1e-12)
+
+
+def test_model_file_error_names_that_tools_key(tmp_path):
+    m = _load("model_llama3_70b.json")
+    m["kv_head_num"] = 7                               # does not divide 64 heads
+    p = _write(tmp_path, "model.json", m)
+    msg = _error_of(model_config=p, system_config="H100")
+    assert msg.startswith(f"{p}: key 'kv_head_num': ") and "num_kv_heads" not in msg.split(":")[1]
+
+
+def test_user_efficiencies_set_the_estimate(tmp_path):
+    """That tool's matmul efficient_factor is honoured (roofline), not replaced by compute_db."""
+    s = _load("system_h100.json")
+    times = []
+    for eff in (0.78, 0.39):
+        s["accelerator"]["op"]["matmul"]["efficient_factor"] = eff
+        pm = PerfLLM().configure(strategy_config=CFG / "strategy_llama3_70b_tp8_pp4_cp2.json",
+                                 model_config=CFG / "model_llama3_70b.json",
+                                 system_config=_write(tmp_path, f"sys{eff}.json", s))
+        times.append(pm.run_estimate()["breakdown_result"]["compute_s"])
+    assert times[1] > 1.5 * times[0]
+
+
+def test_cli_search_short_out_flag(capsys, tmp_path):
+    """`-o DIR` as in the README and the other subcommands."""
+    rc = cli_main(["search", "--model", "llama3-8b", "--world-size", "8", "--gbs", "8", "--seq", "2048", "--tp", "2",
+                   "--pp", "1", "--cp", "1", "--mbs", "1", "--recompute", "none", "--no-confirm", "-o", str(tmp_path)])
+    assert rc == 0 and (tmp_path / "ranked.csv").exists()

@@ -81,3 +81,26 @@ def test_bad_gpu_files(tmp_path):
         gpus.load_gpu_file(f)
     with pytest.raises(ComputeDBError, match="not found"):
         gpus.load_gpu_file(tmp_path / "missing.yaml")
+
+
+def _z1(similar):
+    return ("gpus:\n  Z1:\n    peak_tflops: {bf16: 500, fp8: 1000, fp32: 250}\n    hbm_GiB: 64\n"
+            f"    hbm_GBps: 2000\n    nvlink_GBps: 300\n    nic_Gbps: 400\n    similar_to: [{similar}]\n")
+
+
+def test_similar_to_must_name_a_known_gpu(tmp_path):
+    # regression: a typo was ignored silently and the fit came from whichever GPU had the most data
+    f = tmp_path / "z.yaml"
+    f.write_text(_z1("V100"))
+    with pytest.raises(ComputeDBError, match=r"z.yaml: gpus.Z1.similar_to: unknown GPU 'V100' \(known: .*H100"):
+        gpus.load_gpu_file(f)
+
+
+def test_similar_to_accepts_aliases(tmp_path):
+    # regression: an alias in similar_to (h100-sxm5) was dropped and the A100 fit used instead
+    from compute_db import open_db
+    from compute_db.keys import make_key
+    f = tmp_path / "z.yaml"
+    f.write_text(_z1("h100-sxm5"))
+    kt = open_db(gpu_file=f).lookup_key(make_key("gemm", "fwd", {"m": 8192, "n": 8192, "k": 8192}, "bf16"), "Z1")
+    assert kt.source == "modeled" and "fit:H100" in kt.basis

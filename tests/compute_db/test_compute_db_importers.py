@@ -86,3 +86,13 @@ def test_aiob_errors(tmp_path):
     f.write_text("train_iter:1\nEmb:\n    time_gpu_avg: x1\n")
     with pytest.raises(ComputeDBError, match=r"bad.txt:3:"):
         importers.parse_aiob_text(f)
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "1e-"])
+def test_aiob_bad_times_name_file_and_line(tmp_path, value):
+    # regression: a zero time failed later as "row 1: mean_s must be ..." without naming the file;
+    # "1e-" matched the number pattern and escaped as a ValueError
+    f = tmp_path / "bad.txt"
+    f.write_text(f"train_iter:1\nEmb:\n    time_gpu_max: 9\n    time_gpu_avg: {value}\n")
+    with pytest.raises(ComputeDBError, match=r"bad.txt:4: "):
+        importers.parse_aiob_text(f)

@@ -33,12 +33,15 @@ def test_outlier_filter():
     assert 50.0 not in measure.filter_outliers(s) and len(measure.filter_outliers(s)) == 5
 
 
-def test_without_torch_says_install_aiob(monkeypatch):
+def test_without_torch_says_install_aiob(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "torch", None)   # makes `import torch` raise ImportError
     with pytest.raises(ComputeDBError, match=r"install the aiob extra: pip install -e '\.\[aiob\]'"):
         measure.measure_keys([make_key("gemm", "fwd", {"m": 4, "n": 4, "k": 4}, "bf16")], device="cpu")
     from sim.cli import main
-    assert main(["measure", "--workload", "w.json", "--db", "x.sqlite"]) == 2
+    # a zoo model and plan that exist: the only thing missing is torch
+    assert main(["measure", "--model", "llama3-8b", "--db", "x.sqlite"]) == 2
+    err = capsys.readouterr().err
+    assert err == "clustersim: error: measuring kernels needs torch; install the aiob extra: pip install -e '.[aiob]'\n"
 
 
 def test_guess_gpu_name():

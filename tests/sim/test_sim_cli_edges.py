@@ -3,6 +3,8 @@ line and exit 2, and a user's directory is never deleted."""
 
 from __future__ import annotations
 
+import pytest
+
 from sim.cli import main
 
 SMALL = ["-m", "aicb-7", "--tp", "4", "--pp", "2", "--dp", "2", "--global-batch", "4", "--seq-length", "1024",
@@ -149,3 +151,32 @@ def test_compare_labels_gpu_when_fabrics_differ_in_gpu(shared_dir, capsys):
     assert main(["compare", *SMALL[:-2], "-t", str(a100), "-t", str(h100), "-o", "-"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[2].startswith(f"{a100.name} | A100-80GB ") and lines[3].startswith(f"{h100.name} | H100 ")
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["run", "--network", "quantum"], "invalid choice: 'quantum'"),
+    (["topo", "-g", "x"], "invalid int value: 'x'"),
+    (["workload", "--tp"], "expected one argument"),
+    (["compute-db", "lookup", "--kind"], "expected one argument"),
+    (["bogus"], "invalid choice: 'bogus'"),
+])
+def test_argparse_usage_errors_are_one_line(argv, needle, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err and err.startswith("clustersim")
+
+
+def test_atomic_write_gives_the_usual_file_mode(tmp_path):
+    import os
+
+    from sim.outpath import atomic_write
+    mask = os.umask(0o022)
+    try:
+        atomic_write(tmp_path / "a.csv", b"x\n")
+    finally:
+        os.umask(mask)
+    assert (tmp_path / "a.csv").read_bytes() == b"x\n"
+    assert (tmp_path / "a.csv").stat().st_mode & 0o777 == 0o644
+    assert [p.name for p in tmp_path.iterdir()] == ["a.csv"]      # no temporary left behind

@@ -24,6 +24,21 @@ def test_multi_pod_core_oversubscription_halves_bisection():
     assert half["max_hops"] == 6 and half["rails"] == 8 and half["rail_optimized"]
 
 
+def test_single_pod_under_an_oversubscribed_core_keeps_full_bisection():
+    # 4096 GPUs fit one pod (8 segments x 512): every pair turns around at the PSWs, so the 2:1 core
+    # uplinks cut nothing (the tier-cut formula alone reported 0.5); two pods do cross the core
+    one = summarize(build("multi-pod", gpus=4096, core_oversubscription=2))
+    assert one["nodes_per_tier"]["csw"] > 0 and one["oversubscription"]["psw"] == pytest.approx(2.0)
+    assert one["bisection_Bps"] == pytest.approx(one["full_bisection_Bps"]) == pytest.approx(4096 * 50e9 / 2)
+    two = summarize(build("multi-pod", gpus=8192, core_oversubscription=2))
+    assert two["bisection_Bps"] == pytest.approx(two["full_bisection_Bps"] / 2)
+    # DCN+ dual ToR, 128 GPUs: every GPU hangs off the same ToR pair (npa 128), so the 8:1 ToR uplinks
+    # are never crossed (was reported as 1/8)
+    dual = summarize(build("dcn+", gpus=128, dual_tor=True))
+    assert dual["oversubscription"]["asw"] == pytest.approx(8.0)
+    assert dual["bisection_Bps"] == pytest.approx(dual["full_bisection_Bps"]) == pytest.approx(128 * 2 * 25e9 / 2)
+
+
 def test_summary_counts_spectrum_x():
     s = summarize(build("spectrum-x", gpus=128))
     assert s["nodes_per_tier"] == {"gpu": 128, "nvswitch": 16, "asw": 8, "psw": 64}

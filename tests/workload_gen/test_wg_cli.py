@@ -135,3 +135,36 @@ def test_aicb_dtype_spellings(capsys):
     assert ", bf16," in capsys.readouterr().out
     assert main(["workload", "gpt-1.7b", "--world-size", "8", "--gbs", "16", "--dtype", "float16"]) == 0
     assert ", fp16," in capsys.readouterr().out
+
+
+def test_deepspeed_script_keeps_the_plan_files_tp_and_zero_stage(tmp_path):
+    # regression: the script appended `--tp 1`, overriding a --plan-file's tp; and a plan file without
+    # zero_stage silently gave ZeRO-0 instead of the documented default ZeRO-1
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("world_size: 8\ntp: 2\nglobal_batch_size: 16\n")
+    r = _script("deepspeed_workload.sh", ["gpt-1.7b", "--plan-file", str(plan), "--simai", str(tmp_path / "w.txt")],
+                tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "tp 2 x cp 1 x pp 1 x dp 4" in r.stdout and ", zero 1" in r.stdout
+    plan.write_text("world_size: 8\ntp: 2\nglobal_batch_size: 16\nzero_stage: 0\n")
+    r = _script("deepspeed_workload.sh", ["gpt-1.7b", "--plan-file", str(plan), "--simai", str(tmp_path / "w.txt")],
+                tmp_path)
+    assert r.returncode == 0 and ", zero 0" in r.stdout
+    r = _script("deepspeed_workload.sh", ["gpt-1.7b", "--world_size", "8", "--global_batch", "16",
+                                          "--simai", str(tmp_path / "w.txt")], tmp_path)
+    assert r.returncode == 0 and "tp 1 x cp 1 x pp 1 x dp 8" in r.stdout
+
+
+@pytest.mark.parametrize("argv,head", [
+    # AICB passes every dimension explicitly: a multi-head model stays multi-head when its heads change
+    (["-m", "7", "--num_attention_heads", "16"], "heads 16/16, ffn 10880"),
+    (["-m", "7", "--num_attention_heads", "64"], "heads 64/64, ffn 10880"),
+    # a SwiGLU FFN that follows Megatron's default rule int(4h*2/3/64)*64 follows a new hidden size
+    (["-m", "7", "--hidden_size", "5120", "--num_attention_heads", "40"], "hidden 5120, heads 40/40, ffn 13632"),
+    (["-m", "405", "--hidden_size", "8192", "--num_attention_heads", "64"], "heads 64/64, ffn 53248"),
+    (["gpt3-175b", "--hidden_size", "4096", "--num_attention_heads", "32"], "heads 32/32, ffn 16384"),
+    (["llama3-8b", "--num_attention_heads", "64"], "heads 64/8, ffn 14336"),   # GQA keeps its KV heads
+])
+def test_dimension_overrides_follow_megatron_defaults(argv, head, capsys):
+    assert main(["workload", *argv, "--world-size", "8", "--gbs", "8"]) == 0
+    assert head in capsys.readouterr().out.splitlines()[0]

@@ -126,7 +126,8 @@ def test_hf_bad_value_names_file_and_key(tmp_path):
     ({"num_key_value_heads": 2.5}, "num_key_value_heads"),
     ({"tie_word_embeddings": "no"}, "tie_word_embeddings"),
     ({"hidden_act": "gelu"}, "hidden_act"),
-    ({"num_key_value_heads": 5}, "num_kv_heads"),
+    # a rule broken across keys names the key written in the file, not clustersim's field name
+    ({"num_key_value_heads": 5}, "num_key_value_heads"),
 ])
 def test_hf_malformed_keys(tmp_path, change, key):
     cfg = {**LLAMA3_8B, **change}
@@ -187,6 +188,27 @@ def test_yaml_model_malformed(tmp_path, text, key):
     with pytest.raises(ConfigFileError) as e:
         load_model(p)
     assert str(e.value).startswith(f"{p}: key '{key}'"), str(e.value)
+
+
+@pytest.mark.parametrize("cfg,key", [
+    ({**MIXTRAL, "num_local_experts": 4, "num_experts_per_tok": 6}, "num_experts_per_tok"),
+    ({**DSV3, "first_k_dense_replace": 70, "num_hidden_layers": 61}, "first_k_dense_replace"),
+    ({**QWEN3_235B, "num_key_value_heads": 3}, "num_key_value_heads"),
+])
+def test_hf_rule_violations_name_the_files_key(tmp_path, cfg, key):
+    p = _write(tmp_path, "config.json", cfg)
+    with pytest.raises(ConfigFileError) as e:
+        load_model(p)
+    assert str(e.value).startswith(f"{p}: key '{key}': "), str(e.value)
+
+
+def test_perfllm_rule_violation_names_the_files_key(tmp_path):
+    cfg = {"model_type": "dense", "hidden_size": 4096, "head_num": 32, "kv_head_num": 5,
+           "intermediate_size": 11008, "layer_num": 32, "vocab_size": 32000}
+    p = _write(tmp_path, "model.json", cfg)
+    with pytest.raises(ConfigFileError) as e:
+        load_model(p)
+    assert str(e.value).startswith(f"{p}: key 'kv_head_num': "), str(e.value)
 
 
 def test_perfllm_model_json(tmp_path):

@@ -416,3 +416,27 @@ def test_megatron_default_bucket_size_grows_with_dp():
     assert all(n >= 128_000_000 for n in sizes[40_000_000][:-1])            # default: 1M x dp = 128M
     assert all(n >= 40_000_001 for n in sizes[40_000_001][:-1])             # explicit value honoured
     assert min(sizes[40_000_001][:-1]) < 128_000_000 and len(sizes[40_000_001]) > len(sizes[40_000_000])
+
+
+@pytest.mark.parametrize("model,sp,fwd_expect,bwd_expect", [
+    # learned positions (GPT), SP: all-reduce, add positions, split; backward all-gathers the gradient
+    (GPT, True, ["all_reduce"], ["all_gather"]),
+    (GPT, False, ["all_reduce"], []),
+    # RoPE (no learned positions), SP: reduce-scatter; backward all-gather
+    (LLAMA, True, ["reduce_scatter"], ["all_gather"]),
+    (LLAMA, False, ["all_reduce"], []),
+])
+def test_embedding_tp_comm_follows_megatron_core(model, sp, fwd_expect, bwd_expect):
+    s, b, h, t = 1024, 2, 512, 2
+    plan = ParallelPlan(world_size=t, tp=t, sequence_parallel=sp, global_batch_size=b, micro_batch_size=b,
+                        seq_length=s)
+    ch = generate(model, plan).stages[0].chunks[0]
+    fwd = [op for op in ch.forward if op.is_comm and op.layer == -1 and op.name.startswith("embedding")]
+    bwd = [op for op in ch.backward if op.is_comm and op.layer == -1 and op.name.startswith("embedding")]
+    assert [op.collective for op in fwd] == fwd_expect and [op.collective for op in bwd] == bwd_expect
+    assert all(op.size_bytes == 2 * b * s * h for op in fwd + bwd)
+    names = [op.name for op in ch.backward if op.layer == -1]
+    if model is GPT:   # the position gradient is computed on the gathered (full) sequence
+        assert names.index("embedding_pos_add_bwd") < names.index("embedding_wgrad")
+        if sp:
+            assert names.index("embedding_ag_bwd") < names.index("embedding_pos_add_bwd")

@@ -32,9 +32,11 @@ def test_native_round_trip_is_exact(tmp_path, workload):
     assert back.model == workload.model and back.plan == workload.plan
     assert (back.schedule, back.num_microbatches, back.meta) == (workload.schedule, workload.num_microbatches,
                                                                  workload.meta)
+    assert len(back.stages) == len(workload.stages) == 2
     for a, b in zip(workload.stages, back.stages):
         assert a.iteration_start == b.iteration_start and a.iteration_end == b.iteration_end
         assert a.pp_send_bytes == b.pp_send_bytes
+        assert len(a.chunks) == len(b.chunks) == 2
         for ca, cb in zip(a.chunks, b.chunks):
             assert (ca.chunk, ca.layers, ca.forward, ca.backward) == (cb.chunk, cb.layers, cb.forward, cb.backward)
     doc = json.loads(p.read_text())
