@@ -206,9 +206,10 @@ def cmd_search(args) -> int:
                                          ("none", "distributed", "zero1", "zero2", "zero3")))
     topology = None
     if args.topology and args.topology != "none":
-        import topo
-        topology = topo.build(args.topology, gpus=args.world_size, gpus_per_server=hw.gpus_per_server,
-                              gpu_type=extra.get("gpu", args.gpu))
+        # the same builder as `clustersim run`: templates get the GPU's datasheet NVLink rate
+        from sim.inputs import make_topology
+        topology = make_topology(args.topology, gpus=args.world_size, gpu_type=extra.get("gpu", args.gpu),
+                                 gpus_per_server=hw.gpus_per_server)
     res = search(model, args.world_size, args.gbs, gpu=extra.get("gpu", args.gpu), hw=hw, seq_length=args.seq,
                  space=space, gmi_error_GiB=args.gmi_error, use_reserved_memory=not args.allocated,
                  dtype=args.dtype, topology=topology, top_k=args.top_k, confirm=not args.no_confirm,

@@ -302,9 +302,9 @@ class PerfLLM:
     def _simulate(self, network: str):
         if network not in ("analytical", "flow"):
             raise SimError(f"run_estimate: simulator must be 'analytical' or 'flow' (got {network!r})")
-        import topo
         from compute_db.gpus import get_gpu
         from sim import simulate
+        from sim.inputs import make_topology
         from workload_gen import generate
         gpu = self.system_extra.get("gpu") or self.hw.name
         try:
@@ -312,8 +312,8 @@ class PerfLLM:
         except Exception:  # noqa: BLE001 - ComputeDBError: name the fix in one line
             raise SimError(f"run_estimate: the simulator needs a GPU known to compute_db; system '{gpu}' is not "
                            f"(add \"gpu\": \"H100\" to the system file)") from None
-        topology = self.topology or topo.build("spectrum-x", gpus=self.plan.world_size,
-                                               gpus_per_server=self.hw.gpus_per_server, gpu_type=gpu)
+        topology = self.topology or make_topology("spectrum-x", gpus=self.plan.world_size, gpu_type=gpu,
+                                                  gpus_per_server=self.hw.gpus_per_server)
         rep = simulate(generate(self.model, self.plan), topology, gpu=gpu, network=network)
         est = self._estimate
         return dataclasses.replace(
@@ -467,14 +467,11 @@ def _tup(v):
 
 
 def _build_topology(spec: dict, world: int | None):
-    try:
-        import topo
-    except ImportError:
-        return None
+    from sim.inputs import make_topology
     params = {k: v for k, v in spec.items() if k != "template"}
     if world and "gpus" not in params:
         params["gpus"] = world
     try:
-        return topo.build(spec["template"], **params)
+        return make_topology(spec["template"], **params)
     except (AttributeError, KeyError):
         return None

@@ -231,3 +231,20 @@ def test_cli_search_short_out_flag(capsys, tmp_path):
     rc = cli_main(["search", "--model", "llama3-8b", "--world-size", "8", "--gbs", "8", "--seq", "2048", "--tp", "2",
                    "--pp", "1", "--cp", "1", "--mbs", "1", "--recompute", "none", "--no-confirm", "-o", str(tmp_path)])
     assert rc == 0 and (tmp_path / "ranked.csv").exists()
+
+
+def test_cli_search_confirmation_equals_clustersim_run(tmp_path):
+    """The flow confirmation runs on the same fabric as `clustersim run` (datasheet NVLink rate)."""
+    import csv
+
+    from sim.commands import run_job
+    rc = cli_main(["search", "--model", "aicb-7", "--world-size", "16", "--gbs", "16", "--seq", "2048",
+                   "--tp", "4", "--pp", "2", "--vpp", "1", "--cp", "1", "--sp", "on", "--mbs", "1",
+                   "--recompute", "none", "--optimizer", "distributed", "--top-k", "1", "--out", str(tmp_path)])
+    assert rc == 0
+    row = next(csv.DictReader(open(tmp_path / "ranked.csv")))
+    assert (row["tp"], row["pp"], row["dp"]) == ("4", "2", "2")
+    rep = run_job({"model": "aicb-7", "plan": {"tp": 4, "pp": 2, "dp": 2, "sequence_parallel": True,
+                                               "global_batch_size": 16, "micro_batch_size": 1, "seq_length": 2048,
+                                               "distributed_optimizer": True}, "fabric": "spectrum-x"})
+    assert float(row["flow_iteration_time_s"]) == pytest.approx(rep.iteration_time_s, rel=1e-5)
