@@ -83,7 +83,7 @@ def register(subparsers) -> None:
 def _topology(args):
     import topo
     from netsim.calibration import nvlink_line_Bps
-    from topo.templates import canonical_template
+    from topo.templates import SIMAI_BASE, canonical_template
 
     params: dict = {}
     for kv in args.topo_param:
@@ -108,16 +108,17 @@ def _topology(args):
     if "gpus" not in params:
         per = params.get("gpus_per_server", 8)
         params["gpus"] = max(int(per) * (args.servers or 1), args.ranks or 0)
-    t = topo.build(args.topology, **params)
-    line = nvlink_line_Bps(str(getattr(t, "gpu_type", "") or ""))
-    if ("nvlink_bandwidth_Bps" not in params and line is not None
-            and canonical_template(args.topology) not in ("nvl72", "nvl36", "pcie")):
+    template = canonical_template(args.topology)
+    if "nvlink_bandwidth_Bps" not in params and template not in ("nvl72", "nvl36", "pcie"):
         # SimAI's template default NVLink rate (2880 Gbps) is an effective H100 figure; netsim applies
         # its calibrated efficiency to the line rate, so start from the GPU's datasheet rate
-        t = topo.build(args.topology, **params, nvlink_bandwidth_Bps=line)
-        args.nvlink_note = (f"NVLink {line / 1e9:g} GB/s per direction ({t.gpu_type} datasheet line rate; "
-                            "-nvbw to change)")
-    return t
+        gpu_type = str(params.get("gpu_type", SIMAI_BASE["gpu_type"]))
+        line = nvlink_line_Bps(gpu_type)
+        if line is not None:
+            params["nvlink_bandwidth_Bps"] = line
+            args.nvlink_note = (f"NVLink {line / 1e9:g} GB/s per direction ({gpu_type} datasheet line rate; "
+                                "-nvbw to change)")
+    return topo.build(args.topology, **params)
 
 
 def select_group(t, ranks: int | None, servers: int | None, rail: int | None) -> tuple[int, ...]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter, deque
 
 from topo.errors import TopoError
-from topo.model import Topology, is_network_switch, tier_rank
+from topo.model import DisjointSets, Topology, is_network_switch, tier_rank
 
 
 def validate(t: Topology, radix: int | dict[str, int] | None = None) -> list[str]:
@@ -151,14 +151,7 @@ def _tiers_joining_all_endpoints(t: Topology, level: list[int]) -> set[int]:
     """Network levels L at which the network links among levels <= L already connect every endpoint
     (GPU or NIC attached to a ToR): traffic between any two endpoints can turn around at or below
     L, so the uplinks of L and above cut nothing (e.g. one pod under an oversubscribed core)."""
-    parent = list(range(len(t.nodes)))
-
-    def find(a: int) -> int:
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-
+    sets = DisjointSets(len(t.nodes))
     by_level: dict[int, list[tuple[int, int]]] = {}
     endpoints: set[int] = set()
     for lk in t.links[::2]:
@@ -171,10 +164,8 @@ def _tiers_joining_all_endpoints(t: Topology, level: list[int]) -> set[int]:
     joined: set[int] = set()
     for lv in sorted(by_level):
         for a, b in by_level[lv]:
-            ra, rb = find(a), find(b)
-            if ra != rb:
-                parent[ra] = rb
-        if lv > 0 and endpoints and len({find(e) for e in endpoints}) == 1:
+            sets.union(a, b)
+        if lv > 0 and endpoints and len({sets.find(e) for e in endpoints}) == 1:
             joined.add(lv)
     return joined
 

@@ -196,24 +196,34 @@ def tier_name(level: int) -> str:
     return NETWORK_TIERS[level - 1] if level <= len(NETWORK_TIERS) else f"t{level}"
 
 
-def _nvlink_domains(t: Topology) -> list[int]:
-    parent = list(range(len(t.nodes)))
+class DisjointSets:
+    """Union-find over node ids 0..n-1 (path halving; the smaller root becomes the parent)."""
 
-    def find(x: int) -> int:
+    def __init__(self, n: int) -> None:
+        self.parent = list(range(n))
+
+    def find(self, x: int) -> int:
+        parent = self.parent
         while parent[x] != x:
             parent[x] = parent[parent[x]]
             x = parent[x]
         return x
 
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+
+def _nvlink_domains(t: Topology) -> list[int]:
+    sets = DisjointSets(len(t.nodes))
     for link in t.links:
         if link.kind == "nvlink":
-            a, b = find(link.src), find(link.dst)
-            if a != b:
-                parent[max(a, b)] = min(a, b)
+            sets.union(link.src, link.dst)
     label: dict[int, int] = {}
     out = []
     for g in range(t.num_gpus):
-        r = find(g)
+        r = sets.find(g)
         out.append(label.setdefault(r, len(label)))
     return out
 

@@ -230,6 +230,7 @@ _PERFLLM_KEYS = {
     "num_experts": "expert_num", "moe_top_k": "topk", "num_dense_layers": "dense_layers",
     "shared_expert_ffn_hidden_size": "moe_shared_expert_intermediate_size",
     "qk_nope_head_dim": "qk_head_dim", "qk_rope_head_dim": "qk_pos_emb_head_dim",
+    "activation": "use_swiglu", "attention": "attention_type",
 }
 
 

@@ -121,10 +121,10 @@ def param_gathers(c: Ctx, fwd: list[Op], bwd: list[tuple[Op, int, int]], bucket_
     inserts: dict[int, list[Op]] = {}
     for kind in (0, 1):
         group, gsize = groups[kind]
-        chain = sorted(((key, elems, n) for n, (k, elems, key) in enumerate(buckets) if k == kind and key in index),
-                       key=lambda b: index[b[0]])
         if gsize <= 1:
             continue
+        chain = sorted(((key, elems, n) for n, (k, elems, key) in enumerate(buckets) if k == kind and key in index),
+                       key=lambda b: index[b[0]])
         for j, (key, elems, n) in enumerate(chain):
             # dispatched when the previous bucket of the chain is waited on; the first at the start
             at, target = (0 if j == 0 else index[chain[j - 1][0]]), index[key]

@@ -332,7 +332,7 @@ def analyze_memory(model, plan, workload=None, *, options: MemoryOptions = Memor
                 tuple(is_moe_layer(model, x) for x in all_layers) if moe else len(all_layers))
         rp = params_cache.get(pkey)
         if rp is None:
-            rp = params_cache[pkey] = rank_params(model, plan, stage, all_layers)
+            rp = params_cache[pkey] = rank_params(model, plan, stage)
         states = model_state_bytes(rp.dense, rp.expert, plan)
         per_layer: dict[int, int] = {}
         chunk_bytes: list[int] = []

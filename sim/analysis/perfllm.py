@@ -50,13 +50,6 @@ _PLAN_TO_PERFLLM = {"tp": "tp_size", "pp": "pp_size", "cp": "cp_size", "ep": "ep
                     "distributed_optimizer": "zero_state", "zero_stage": "zero_state", "dtype": "dtype",
                     "recompute": "recompute_granularity"}
 _PERFLLM_STRATEGY_KEYS = {"tp_size", "pp_size", "ep_size", "cp_size", "micro_batch_num", "seq_len"}
-# ModelSpec field -> PerfLLM model-file key (to name the user's key in model errors)
-_MODEL_TO_PERFLLM = {"num_layers": "layer_num", "num_attention_heads": "head_num", "num_kv_heads": "kv_head_num",
-                     "head_dim": "head_size", "ffn_hidden_size": "intermediate_size", "num_experts": "expert_num",
-                     "moe_top_k": "topk", "num_dense_layers": "dense_layers",
-                     "shared_expert_ffn_hidden_size": "moe_shared_expert_intermediate_size",
-                     "qk_nope_head_dim": "qk_head_dim", "qk_rope_head_dim": "qk_pos_emb_head_dim",
-                     "activation": "use_swiglu", "attention": "attention_type"}
 GiB = 1024 ** 3
 
 
@@ -118,7 +111,7 @@ def load_system(src, dtype: str = "bf16") -> tuple[HardwareSpec, dict]:
     except Exception as exc:  # ComputeDBError: unknown GPU
         raise SimError(f"{where}: key 'gpu': {exc}") from None
     topo = data.get("topology")
-    if topo is not None and not isinstance(topo, dict):
+    if topo is not None and not (isinstance(topo, dict) and isinstance(topo.get("template"), str)):
         raise SimError(f"{where}: key 'topology': expected a mapping with 'template' and its parameters")
     return hw, {"gpu": gpu, "topology": topo}
 
@@ -157,31 +150,13 @@ def load_model_any(src):
     if isinstance(src, ModelSpec):
         return src
     if isinstance(src, dict):
-        return _perfllm_keys(lambda: model_from_mapping(src), src)
+        return model_from_mapping(src)
     if isinstance(src, (str, os.PathLike)):
         p = Path(src)
         if p.suffix.lower() in (".json", ".yaml", ".yml") or p.exists():
-            return _perfllm_keys(lambda: load_model(p), None, p)
+            return load_model(p)
         return get_model(str(src))
     raise SimError(f"model_config: expected a path, mapping, zoo name or ModelSpec (got {type(src).__name__})")
-
-
-def _perfllm_keys(load, data: dict | None, path: Path | None = None):
-    """Run `load`; a model error about a ModelSpec field of a PerfLLM model file names that file's key."""
-    try:
-        return load()
-    except ConfigFileError as exc:
-        msg = str(exc)
-        if data is None and path is not None:
-            try:
-                data = read_mapping(path)
-            except ConfigFileError:
-                raise exc from None
-        if not (isinstance(data, dict) and data.get("model_type") in ("dense", "moe") and "head_num" in data):
-            raise
-        for field, key in _MODEL_TO_PERFLLM.items():
-            msg = msg.replace(f"key '{field}':", f"key '{key}':")
-        raise SimError(msg) from None
 
 
 def load_strategy(src) -> tuple[object, MemoryOptions, str, dict]:
@@ -471,7 +446,4 @@ def _build_topology(spec: dict, world: int | None):
     params = {k: v for k, v in spec.items() if k != "template"}
     if world and "gpus" not in params:
         params["gpus"] = world
-    try:
-        return make_topology(spec["template"], **params)
-    except (AttributeError, KeyError):
-        return None
+    return make_topology(spec["template"], **params)

@@ -27,9 +27,8 @@ def layer_assignment(model, plan) -> list[list[tuple[int, ...]]]:
     return [[tuple(c) for c in st] for st in wl_assign(model, plan)]
 
 
-def rank_params(model, plan, stage: int, layers: tuple[int, ...] | None = None) -> RankParams:
-    """Dense and expert parameters one rank of `stage` holds (`layers` is accepted for callers that
-    already know them; the count comes from workload_gen.params.stage_params)."""
+def rank_params(model, plan, stage: int) -> RankParams:
+    """Dense and expert parameters one rank of `stage` holds (workload_gen.params.stage_params)."""
     from workload_gen.params import stage_params
     sp = stage_params(model, plan, stage)
     return RankParams(int(sp.dense), int(sp.expert))

@@ -294,7 +294,7 @@ def estimate_step(model, plan, hw: HardwareSpec, *, db=None, topology=None, sele
         exposed["PP"] = 2 * p2p * (m + pp - 1)
 
     # data-parallel gradient reduction and parameter gather (bucketed, overlapped)
-    rp = rank_params(model, plan, slow, tuple(x for c in assign[slow] for x in c))
+    rp = rank_params(model, plan, slow)
     deepspeed = plan.framework == "deepspeed"
     bucket_el = plan.reduce_bucket_elements if deepspeed else megatron_bucket_elements(plan)
     dist = plan.distributed_optimizer or plan.zero_stage >= 1

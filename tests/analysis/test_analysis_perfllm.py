@@ -248,3 +248,19 @@ def test_cli_search_confirmation_equals_clustersim_run(tmp_path):
                                                "global_batch_size": 16, "micro_batch_size": 1, "seq_length": 2048,
                                                "distributed_optimizer": True}, "fabric": "spectrum-x"})
     assert float(row["flow_iteration_time_s"]) == pytest.approx(rep.iteration_time_s, rel=1e-5)
+
+
+@pytest.mark.parametrize("topology", [{"gpus": 64}, {"template": 3}, "spectrum-x"])
+def test_system_topology_without_template_is_one_line(tmp_path, topology):
+    from sim.errors import SimError
+    p = _write(tmp_path, "system.json", {"gpu": "H100", "topology": topology})
+    with pytest.raises(SimError) as e:
+        PerfLLM().configure(model_config="llama3-8b", system_config=str(p))
+    msg = str(e.value)
+    assert msg.startswith(f"{p}: key 'topology': expected a mapping with 'template'") and "\n" not in msg
+
+
+def test_system_topology_template_is_used(tmp_path):
+    p = _write(tmp_path, "system.json", {"gpu": "H100", "topology": {"template": "dcn+", "gpus": 64}})
+    m = PerfLLM().configure(model_config="llama3-8b", system_config=str(p))
+    assert m.topology.num_gpus == 64 and "DCN+" in m.topology.name
