@@ -8,6 +8,9 @@
   sim-style-mix          288 concurrent collectives (TP all-reduce, DP reduce-scatter) on 512 GPUs
   contention-1024        336 collectives on 1,024 GPUs: TP all-reduce x 256, DP reduce-scatter
                          (128-GPU rings) x 16, 32-GPU all-to-all x 64, staggered starts
+  analytical-auto-sweep  automatic (algorithm, protocol) choice + analytical time for 4 group kinds
+                         (TP 8, DP 128 on one rail, 2 x 8 over servers, EP 64) x 41 sizes (8 B - 8 GiB)
+                         on 1,024 GPUs: what plan search and sim pay once per group and size
 
 The allocation instances: each flow crosses 2..8 random links (a fat-tree route has 2..6 hops),
 unit weights, capacities 10-50 GB/s. The printed "alloc" time is the allocation alone; the harness
@@ -142,6 +145,25 @@ def contention_1024():
             f"{net.engine.recomputes} rate recomputations, last done at {max(done) * 1e3:.2f} ms")
 
 
+def analytical_auto_sweep():
+    import netsim
+    import topo
+
+    t = topo.build("spectrum-x", gpus=1024)
+    t0 = time.perf_counter()
+    net = netsim.make_backend("analytical", t)
+    groups = {"tp8": tuple(range(8)), "dp128": tuple(range(3, 1024, 8)),
+              "2x8": tuple(range(16)), "ep64": tuple(range(64))}
+    n = 0
+    for name, g in groups.items():
+        op = "all_to_all" if name == "ep64" else "all_reduce"
+        for k in range(41):
+            net.estimate(netsim.CollectiveRequest(op, g, 8 << (k * 30 // 40)))
+            n += 1
+    dt = time.perf_counter() - t0
+    return f"{n} estimates in {dt:.2f} s ({dt / n * 1e3:.1f} ms each, choice over algorithms x protocols included)"
+
+
 if __name__ == "__main__":
     run_cases({
         "maxmin-100k-numba": maxmin_numba,
@@ -150,4 +172,5 @@ if __name__ == "__main__":
         "a2a-64-flow": a2a_64,
         "sim-style-mix": sim_mix,
         "contention-1024": contention_1024,
+        "analytical-auto-sweep": analytical_auto_sweep,
     })

@@ -1,5 +1,5 @@
 """`clustersim` subcommands owned by compute_db: `measure` and `compute-db {info,lookup,gpus,calibrate,
-import-vidur,import-aiob,import-csv,export-csv}`."""
+import-vidur,import-simumax,import-aiob,import-csv,export-csv,build-shipped}`."""
 
 from __future__ import annotations
 
@@ -65,21 +65,44 @@ def register(subparsers) -> None:
     p.add_argument("--causal", action="store_true", help="causal mask (attention)")
     p.set_defaults(func=cmd_lookup)
 
-    p = sub.add_parser("calibrate", help="leave-one-model-out error of interpolation + roofline, per op family")
+    p = sub.add_parser("calibrate", help="hold-out error of interpolation + roofline, per op family",
+                       description="Leave-one-model-out (default): every model measured on the GPU is held out in "
+                                   "turn and its kernels predicted from the rest. --by shape: leave-one-shape-out "
+                                   "for GPUs measured on many shapes of few models (e.g. SimuMax's B200 GEMMs).")
     _db_arg(p)
     _gpu_file_arg(p)
     p.add_argument("--gpu", required=True)
+    p.add_argument("--by", choices=("model", "shape"), default="model",
+                   help="hold out one model (default) or one shape at a time")
     p.add_argument("--min-tokens", type=int, default=64, help="only kernels with at least this many tokens (64)")
-    p.add_argument("--family", action="append", help="restrict to an op family (repeatable), e.g. gemm")
+    p.add_argument("--family", action="append",
+                   help="restrict to an op family (repeatable), e.g. gemm; with --by shape: kernel kinds "
+                        "(default gemm, grouped_gemm)")
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("import-vidur", help="import Vidur profiling CSVs (<dir>/<a100|h100>/<org>/<model>/mlp.csv)")
     p.add_argument("directory")
     _db_arg(p, required=True, help_="compute DB to write (created if missing)")
     p.add_argument("--shipped-grid", action="store_true",
-                   help="keep only token counts 1, 2, 4 and 2^k, 3*2^k (how the shipped DB is built)")
+                   help="keep only token counts 1, 2, 4 and 2^k, 3*2^k (a log-spaced subset)")
     p.add_argument("--fresh", action="store_true", help="replace the DB instead of adding to it")
     p.set_defaults(func=cmd_import_vidur)
+
+    p = sub.add_parser("import-simumax", help="import SimuMax measured kernel efficiencies "
+                                              "(<dir>/<gpu>_kernel_efficiency.csv, <gpu>_system_defaults.json)")
+    p.add_argument("directory")
+    _db_arg(p, required=True, help_="compute DB to write (created if missing)")
+    p.add_argument("--fresh", action="store_true", help="replace the DB instead of adding to it")
+    p.set_defaults(func=cmd_import_simumax)
+
+    p = sub.add_parser("build-shipped", help="rebuild the shipped DB from the reference data (../shared)",
+                       description="Rebuild compute_db/data/kernels.sqlite from the Vidur profiles and SimuMax "
+                                   "efficiencies under --shared (default: the 'shared' folder beside the "
+                                   "repository). Deterministic; replaces the output atomically.")
+    p.add_argument("--shared", metavar="DIR", help="reference data folder (holds data/vidur_profiling, "
+                                                   "data/simumax_efficiency)")
+    p.add_argument("--out", metavar="PATH", help="DB to write (default: the shipped compute_db/data/kernels.sqlite)")
+    p.set_defaults(func=cmd_build_shipped)
 
     p = sub.add_parser("import-aiob", help="import an AICB AIOB compute-timing text file (µs)")
     p.add_argument("file")
@@ -125,9 +148,9 @@ def cmd_info(args) -> int:
     if not rows:
         print("  no rows")
         return 0
-    print(f"  {'gpu':<14s} {'kind':<14s} {'provenance':<10s} {'rows':>7s}")
+    print(f"  {'gpu':<14s} {'kind':<22s} {'provenance':<10s} {'rows':>7s}")
     for gpu, kind, prov, n in rows:
-        print(f"  {gpu:<14s} {kind:<14s} {prov:<10s} {n:>7d}")
+        print(f"  {gpu:<14s} {kind:<22s} {prov:<10s} {n:>7d}")
     return 0
 
 
@@ -175,33 +198,67 @@ def cmd_lookup(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from compute_db.calibrate import format_table, leave_one_model_out
+    from compute_db.calibrate import format_table, leave_one_model_out, leave_one_shape_out
     from compute_db.keys import FAMILY
-    known = sorted(set(FAMILY.values()))
+    from workload_gen.workload import COMPUTE_KINDS
+    known = sorted(COMPUTE_KINDS) if args.by == "shape" else sorted(set(FAMILY.values()))
     unknown = sorted(set(args.family or ()) - set(known))
     if unknown:
-        raise ComputeDBError(f"--family: unknown op family {', '.join(unknown)} (known: {', '.join(known)})")
+        what = "kernel kind" if args.by == "shape" else "op family"
+        raise ComputeDBError(f"--family: unknown {what} {', '.join(unknown)} (known: {', '.join(known)})")
     if args.min_tokens < 0:
         raise ComputeDBError(f"--min-tokens: must be >= 0, got {args.min_tokens}")
     db = _open(args)
     name = db.gpu(args.gpu).name
-    errors = leave_one_model_out(db, name, args.min_tokens, tuple(args.family) if args.family else None)
+    if args.by == "shape":
+        kinds = tuple(args.family) if args.family else ("gemm", "grouped_gemm")
+        errors = leave_one_shape_out(db, name, kinds)
+        print(format_table(name, errors, 0, title=f"Leave-one-shape-out error on {name} (every measured shape of "
+                                                  f"{', '.join(kinds)}; |predicted/measured - 1|)", group="shapes"))
+        return 0
+    errors = leave_one_model_out(db, name, args.min_tokens, tuple(args.family) if args.family else None,
+                                 with_total=True)
     print(format_table(name, errors, args.min_tokens))
     return 0
 
 
-def _write(path: str, rows, fresh: bool = False) -> int:
+def _write(path: str, rows, fresh: bool = False, figures=(), pack: bool = False) -> int:
+    """Write rows (and figures); pack: token sweeps as compact series (store.pack_series)."""
     from compute_db import store
-    return store.write_fresh(path, rows) if fresh else store.write_rows(path, rows)
+    if fresh:
+        return store.write_fresh(path, rows, figures, pack=pack)
+    plain, series = store.pack_series(rows) if pack else (list(rows), [])
+    return store.write_data(path, plain, series, figures)
 
 
 def cmd_import_vidur(args) -> int:
     from compute_db import importers
     rows = importers.import_vidur(args.directory,
                                   importers.shipped_token_counts() if args.shipped_grid else None)
-    n = _write(args.db, rows, args.fresh)
+    n = _write(args.db, rows, args.fresh, pack=True)
     gpus = sorted({r.gpu for r in rows})
     print(f"imported {n} Vidur kernel rows ({', '.join(gpus)}) into {args.db}")
+    return 0
+
+
+def cmd_import_simumax(args) -> int:
+    from compute_db import simumax
+    rows, figures = simumax.import_simumax(args.directory)
+    n = _write(args.db, rows, args.fresh, figures)
+    gpus = sorted({r.gpu for r in rows} | {f.gpu for f in figures})
+    print(f"imported {n - len(figures)} SimuMax kernel rows and {len(figures)} HBM-efficiency figures "
+          f"({', '.join(gpus)}) into {args.db}")
+    return 0
+
+
+def cmd_build_shipped(args) -> int:
+    from compute_db.build import build_shipped
+    from compute_db.db import SHIPPED_DB
+    shared = Path(args.shared) if args.shared else SHIPPED_DB.parents[2].parent / "shared"
+    out = Path(args.out) if args.out else SHIPPED_DB
+    s = build_shipped(shared, out)
+    print(f"wrote {s.path}: {s.rows} kernel rows ({s.series} token sweeps stored as series, {s.plain_rows} plain rows) "
+          f"and {s.figures} figures for {', '.join(s.gpus)}; {s.size_bytes:,} bytes")
     return 0
 
 

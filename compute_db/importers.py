@@ -85,7 +85,8 @@ def _merge(gpu: str, key: KernelKey, source: str, stats: list[tuple[float, float
 
 
 def shipped_token_counts(max_tokens: int = 1 << 20) -> frozenset[int]:
-    """Token counts kept in the shipped DB: 1, 2, 4, 8 and 2^k, 3·2^k above (a log-spaced grid)."""
+    """A log-spaced subset of token counts: 1, 2, 4, 8 and 2^k, 3·2^k above (`import-vidur --shipped-grid`; the
+    shipped DB keeps every token count)."""
     out = {1, 2, 4}
     x = 8
     while x <= max_tokens:

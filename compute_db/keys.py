@@ -14,6 +14,8 @@ reuse; e = element size of the dtype):
 - flash_attn fwd: 2·b·h·sq·skv·(dqk + dv) FLOPs, halved by a causal mask (exact fraction of unmasked
   score entries for bottom-right-aligned masks); bwd = 2.5 × fwd FLOPs (five GEMMs instead of two)
   and reads q, k, v, o, dO, writes dq, dk, dv. Bytes: q, k, v read, o written.
+- attn_decode (one query token per request, the batch's cached K/V read once): 2·h·kv·(dqk + dv) FLOPs,
+  e·kv·kv_heads·(dqk + dv) + e_out·b·h·(dqk + dv) bytes; memory-bound (a family of its own).
 - memory-bound kinds (norms, activations, rotary, dropout, softmax, embedding, cross-entropy, router,
   permute, element-wise, optimizer, memcpy): bytes per element as documented in `_bytes`, FLOPs small.
 """
@@ -37,6 +39,7 @@ VARIANTS = {
     "attn_bmm": ("fwd", "bwd"),
     "optimizer": ("step", "fwd", ""),
     "memcpy": ("fwd", ""),
+    "attn_decode": ("fwd",),
 }
 DEFAULT_VARIANTS = ("fwd", "bwd")
 
@@ -44,6 +47,7 @@ DEFAULT_VARIANTS = ("fwd", "bwd")
 FAMILY = {
     "gemm": "gemm", "grouped_gemm": "gemm", "attn_bmm": "gemm",
     "flash_attn": "flash_attn",
+    "attn_decode": "attn_decode",        # memory-bound: reads the batch's cached K/V once
     "layernorm": "layernorm", "rmsnorm": "rmsnorm",   # separate: measured kernels differ ~2x per byte
     "gelu": "gelu", "swiglu": "swiglu",
     "rotary": "rotary",
@@ -200,6 +204,12 @@ def work_of(kind: str, variant: str, dtype: str, causal: bool, d: Mapping[str, A
         if bwd:  # read q, k, v, o, dO, lse; write dq, dk, dv
             return FLASH_BWD_FLOP_FACTOR * flops, 2 * e * (q + kx + v) + 2 * e_out * o + 4 * b * h * sq
         return flops, e * (q + kx + v) + e_out * o + 4 * b * h * sq
+    if kind == "attn_decode":
+        b, kv, h, kvh = d["batch"], d["kv_tokens"], d["heads"], d["kv_heads"]
+        dqk, dv = d["head_dim_qk"], d["head_dim_v"]
+        # every query head of a request scores its request's cached tokens: 2 GEMV-like products;
+        # bytes: cached K and V read once (kv_tokens x kv_heads), the query read and the output written
+        return 2.0 * h * kv * (dqk + dv), e * kv * kvh * (dqk + dv) + e_out * b * h * (dqk + dv)
     if kind in ("layernorm", "rmsnorm"):
         n = d["tokens"] * d["hidden"]
         # fwd: read x, write y (+ weights); bwd: read x, dy, write dx (+ fp32 weight-grad partials)

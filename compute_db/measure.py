@@ -164,6 +164,22 @@ def build_kernel(torch, key: KernelKey, device: str) -> Callable[[], object]:
                 vx = v.repeat_interleave(h // kvh, dim=1)
             return F.scaled_dot_product_attention(q, kx, vx, is_causal=key.causal)
         return autograd_bwd(fwd, [q, kt, v]) if bwd else fwd
+    if k == "attn_decode":
+        # one query token per request over its cached K/V (kv_tokens spread evenly over the batch), the way
+        # a decode step runs; grouped-query heads expanded as for flash_attn
+        b, kv, h, kvh, dqk, dv = key.dims
+        per = max(1, -(-kv // b))
+        q = rnd(b, h, 1, dqk)
+        kt = rnd(b, kvh, per, dqk)
+        v = rnd(b, kvh, per, dv)
+
+        def decode():
+            kx, vx = kt, v
+            if h != kvh:
+                kx = kt.repeat_interleave(h // kvh, dim=1)
+                vx = v.repeat_interleave(h // kvh, dim=1)
+            return F.scaled_dot_product_attention(q, kx, vx)
+        return decode
     if k in ("layernorm", "rmsnorm"):
         x = rnd(d["tokens"], d["hidden"], grad=bwd)
         w = rnd(d["hidden"], grad=bwd)

@@ -11,10 +11,14 @@ efficiency e (em for bandwidth). For a GEMM this is 2(m+m0)(n+n0)(k+k0). p > 1 m
 of the compute and memory bounds (no cliff at the ridge point); t0 is launch + tail overhead (seconds).
 Work is non-decreasing in every dimension, so predictions are monotone along each dimension and in FLOPs.
 
-Fits minimise squared log-error over the measured kernels of one GPU, family and dtype class, by
-Levenberg-Marquardt in numpy (no scipy at run time). Parameters are dimensionless efficiencies, sizes
-and a launch time, so a fit from one GPU applies to another GPU's peaks and bandwidth ("scaled by spec")
-when that GPU has no data. Families with no data anywhere use the documented PRIORS.
+Fits minimise the squared log-error over the measured kernels of one GPU, family and dtype class, weighted
+by where time is spent (weight ∝ measured time^FIT_TIME_WEIGHT_EXPONENT: an unweighted fit follows the many
+small kernels and comes out 9-12 % too fast on the large GEMMs that dominate a step), by Levenberg-Marquardt
+in numpy (no scipy at run time). Memory-bound families fix their large-size HBM efficiency em first, from
+the largest measured kernels (median of bytes / (time · HBM_Bps) over the top LARGE_KERNEL_FRACTION by
+bytes), and fit the launch time and saturation sizes with it. Parameters are dimensionless efficiencies,
+sizes and a launch time, so a fit from one GPU applies to another GPU's peaks and bandwidth ("scaled by
+spec") when that GPU has no data. Families with no data anywhere use the documented PRIORS.
 Never fitted to end-to-end step times.
 """
 
@@ -25,7 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compute_db.keys import COMPUTE_BOUND_FAMILIES, KernelKey, work, work_of
+from compute_db.keys import COMPUTE_BOUND_FAMILIES, FAMILY, KernelKey, work, work_of
+from workload_gen.workload import COMPUTE_KINDS
 
 # Unfitted starting points / fallbacks (dimensionless efficiencies, element counts, seconds). Used only
 # for a family with no kernel data on the GPU nor on any similar GPU.
@@ -39,9 +44,15 @@ PRIORS: dict[str, dict] = {
     # memory-bound kernels: 80% of HBM bandwidth, 4 us launch + tail, saturation sizes ~0 (unfitted)
     "memory": {"e": 0.0, "x0": None, "t0": 4e-6, "em": 0.8, "p": 1.0},
 }
-# fp8 GEMMs without fp8 measurements: the 16-bit fit at the fp8 peak, times this factor (assumption:
-# published H100 fp8 GEMM throughput is a somewhat smaller fraction of its peak than bf16's).
-FP8_EFFICIENCY_FACTOR = 0.9
+# fp8 GEMMs without fp8 measurements (none exist in the shipped data: SimuMax v1.2 lists its fp8 efficiencies
+# as 0 = not measured): the GPU's measured 16-bit fit at the fp8 peak, times this factor. 1.0 = the same
+# fraction of the (doubled) peak, the convention of SimuMax's own A100 defaults (fp8_matmul: 624 TFLOP/s at
+# efficiency 0.75, matmul: 312 at 0.75) and consistent with DeepGEMM's published ~1550 fp8 TFLOP/s on H800
+# (78 % of 1979) against ~72-75 % for large bf16 GEMMs on H100 in the Vidur data. An assumption, not a fit.
+FP8_EFFICIENCY_FACTOR = 1.0
+FIT_TIME_WEIGHT_EXPONENT = 1.0      # weight of a kernel in the fit ∝ its measured time^this
+LARGE_KERNEL_FRACTION = 0.1         # memory-bound em from the largest 10 % of kernels (by bytes) ...
+LARGE_KERNEL_MIN = 3                # ... but at least this many
 
 # Saturating fields of each family (None: the kind's single size field).
 SATURATION_FIELDS: dict[str, tuple[str, ...] | None] = {
@@ -51,6 +62,7 @@ SATURATION_FIELDS: dict[str, tuple[str, ...] | None] = {
     "elementwise": None, "softmax": ("rows", "cols"), "embedding": ("tokens", "hidden"),
     "cross_entropy": ("tokens", "vocab"), "router": ("tokens", "experts"), "permute": ("tokens", "hidden"),
     "optimizer": ("params",),
+    "attn_decode": ("kv_tokens",),
 }
 
 
@@ -116,24 +128,56 @@ def _logit(p: float) -> float:
     return math.log(p / (1.0 - p))
 
 
+@dataclass(frozen=True, eq=False)
+class FitGroup:
+    """Measured kernels of one (kind, variant, dtype, causal) for a fit: dims (N x D), times (s), peak FLOP/s."""
+    kind: str
+    variant: str
+    dtype: str
+    causal: bool
+    dims: np.ndarray
+    times_s: np.ndarray
+    peak: float
+
+
+def groups_from_keys(keys: list[KernelKey], times_s, peaks) -> list[FitGroup]:
+    """FitGroups of a list of keys with their times and per-key peaks."""
+    idx: dict[tuple, list[int]] = {}
+    for i, k in enumerate(keys):
+        idx.setdefault((k.kind, k.variant, k.dtype, k.causal), []).append(i)
+    times_s, peaks = np.asarray(times_s, dtype=float), np.asarray(peaks, dtype=float)
+    return [FitGroup(kind, variant, dtype, causal, np.array([keys[i].dims for i in ii], dtype=float),
+                     times_s[ii], float(peaks[ii[0]])) for (kind, variant, dtype, causal), ii in idx.items()]
+
+
 class _FitData:
     """Measured kernels of one family grouped by (kind, variant, dtype, causal) as field arrays."""
 
-    def __init__(self, keys: list[KernelKey], peaks: np.ndarray, hbm_Bps: float):
+    def __init__(self, groups: list[FitGroup], hbm_Bps: float):
         self._bw = hbm_Bps
-        groups: dict[tuple, list[int]] = {}
-        for i, k in enumerate(keys):
-            groups.setdefault((k.kind, k.variant, k.dtype, k.causal), []).append(i)
         self.groups = []
-        for (kind, variant, dtype, causal), idx in groups.items():
-            fields = keys[idx[0]].fields
-            arrays = {f: np.array([keys[i].dims[j] for i in idx], dtype=float) for j, f in enumerate(fields)}
-            sat = saturation_fields(keys[idx[0]])
-            flops, byts = work_of(kind, variant, dtype, causal, arrays)
-            self.groups.append((kind, variant, dtype, causal, np.array(idx), arrays, sat,
-                                np.broadcast_to(np.asarray(byts, dtype=float), len(idx))))
-        self.n = len(keys)
-        self.peaks = peaks
+        start = 0
+        peaks, times = [], []
+        for g in groups:
+            n = len(g.times_s)
+            fields = COMPUTE_KINDS[g.kind]
+            arrays = {f: g.dims[:, j].astype(float) for j, f in enumerate(fields)}
+            sat = SATURATION_FIELDS.get(FAMILY[g.kind]) or (fields[0],)
+            flops, byts = work_of(g.kind, g.variant, g.dtype, g.causal, arrays)
+            self.groups.append((g.kind, g.variant, g.dtype, g.causal, np.arange(start, start + n), arrays, sat,
+                                np.broadcast_to(np.asarray(byts, dtype=float), n)))
+            peaks.append(np.full(n, g.peak))
+            times.append(g.times_s)
+            start += n
+        self.n = start
+        self.peaks = np.concatenate(peaks) if peaks else np.zeros(0)
+        self.times_s = np.concatenate(times) if times else np.zeros(0)
+
+    def bytes(self) -> np.ndarray:
+        out = np.empty(self.n)
+        for *_, idx, _arrays, _sat, byts in self.groups:
+            out[idx] = byts
+        return out
 
     def predict(self, theta: np.ndarray, n_dims: int, compute: bool) -> np.ndarray:
         # theta: [log t0, log em, (log e, log(p - 1) when compute), log x0 per saturating field]
@@ -186,33 +230,99 @@ def _levenberg_marquardt(residual, theta: np.ndarray, iters: int = 200) -> np.nd
     return theta
 
 
-def fit_family(family: str, keys: list[KernelKey], times_s: np.ndarray, peaks: np.ndarray, hbm_Bps: float,
-               basis: str, prior: dict) -> FamilyFit:
-    """Fit one family's parameters to measured kernels (times in s; peaks: the FLOP/s of each key's dtype)."""
+def fit_groups(family: str, groups: list[FitGroup], hbm_Bps: float, basis: str, prior: dict,
+               hold: FamilyFit | None = None) -> FamilyFit:
+    """Fit one family's parameters to measured kernels (module docstring: time-weighted; memory-bound
+    families then pin em so that the largest kernels are matched, and refit the rest).
+
+    hold: a similar GPU's fit whose launch time t0, HBM efficiency em and saturation sizes x0 are kept, for
+    kernels that cannot determine them (all large: compute-bound GEMMs say nothing about em or about how
+    small kernels waste tiles); then only e and p (compute-bound) are fitted."""
     compute = family in COMPUTE_BOUND_FAMILIES
-    n_dims = len(saturation_fields(keys[0]))
-    data = _FitData(keys, np.asarray(peaks, dtype=float), hbm_Bps)
-    y = np.log(np.asarray(times_s, dtype=float))
+    n_dims = len(SATURATION_FIELDS.get(family) or (1,))
+    data = _FitData(groups, hbm_Bps)
+    y = np.log(data.times_s)
+    w = data.times_s ** FIT_TIME_WEIGHT_EXPONENT
+    sw = np.sqrt(w / w.mean())
     x0_prior = prior["x0"] if prior.get("x0") else (1.0,) * n_dims
-    theta0 = [math.log(prior["t0"]), _logit(prior["em"])]
+    theta = [math.log(prior["t0"]), _logit(prior["em"])]
     if compute:
-        theta0 += [_logit(prior["e"]), math.log(max(prior["p"] - 1.0, 1e-3))]
-    theta0 += [math.log(x) for x in x0_prior]
-    theta0 = np.asarray(theta0, dtype=float)
+        theta += [_logit(prior["e"]), math.log(max(prior["p"] - 1.0, 1e-3))]
+    theta += [math.log(x) for x in x0_prior]
+    theta = np.asarray(theta, dtype=float)
+    free = np.ones(theta.size, dtype=bool)
+    off = 4 if compute else 2
+    if hold is not None and len(hold.x0) == n_dims:
+        theta[0] = math.log(max(hold.t0, 1e-12))
+        theta[1] = _logit(min(max(hold.em, 1e-3), 0.999))
+        theta[off:] = [math.log(max(x, 1e-12)) for x in hold.x0]
+        free[[0, 1]] = False
+        free[off:] = False
 
-    def residual(theta):
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            res = np.log(data.predict(theta, n_dims, compute)) - y
-        return np.where(np.isfinite(res), res, 1e3)
+    def solve(theta: np.ndarray, free: np.ndarray) -> np.ndarray:
+        def residual(sub):
+            full = theta.copy()
+            full[free] = sub
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                res = (np.log(data.predict(full, n_dims, compute)) - y) * sw
+            return np.where(np.isfinite(res), res, 1e3)
+        out = theta.copy()
+        if free.any():
+            out[free] = _levenberg_marquardt(residual, theta[free])
+        return out
 
-    theta = _levenberg_marquardt(residual, theta0)
+    theta = solve(theta, free)
+    if not compute and data.n >= LARGE_KERNEL_MIN:
+        # large-tensor asymptote: em = median over the largest kernels of bytes / ((time - t0) · HBM_Bps) with
+        # the kernel's own (unpadded) bytes, so that the saturation sizes cannot trade against em; then the
+        # launch time and saturation sizes are refitted with em fixed; twice (t0 moves a little)
+        byts = data.bytes()
+        n_large = max(LARGE_KERNEL_MIN, int(math.ceil(LARGE_KERNEL_FRACTION * data.n)))
+        large = np.argsort(byts, kind="stable")[-n_large:]
+        free[1] = False
+        for _ in range(2):
+            t0 = _exp(theta[0])
+            busy = np.maximum(data.times_s[large] - t0, 0.5 * data.times_s[large])
+            theta[1] = _logit(float(np.clip(np.median(byts[large] / (busy * hbm_Bps)), 1e-3, 0.999)))
+            theta = solve(theta, free)
     off = 4 if compute else 2
     t0 = _exp(theta[0])
     em = _logistic(theta[1])          # efficiencies are fitted inside (0, 1) (physical range)
     e = _logistic(theta[2]) if compute else 0.0
     p = min(1.0 + _exp(theta[3]), 64.0) if compute else 1.0
     x0 = tuple(_exp(v) for v in theta[off:off + n_dims])
-    return FamilyFit(family, e, x0, t0, em, p, basis, len(keys))
+    return FamilyFit(family, e, x0, t0, em, p, basis, data.n)
+
+
+def fit_family(family: str, keys: list[KernelKey], times_s: np.ndarray, peaks: np.ndarray, hbm_Bps: float,
+               basis: str, prior: dict) -> FamilyFit:
+    """fit_groups for a list of keys (times in s; peaks: the FLOP/s of each key's dtype)."""
+    return fit_groups(family, groups_from_keys(keys, times_s, peaks), hbm_Bps, basis, prior)
+
+
+def predict_many(fit: FamilyFit, kind: str, variant: str, dtype: str, causal: bool, dims: np.ndarray,
+                 peak: float, hbm_Bps: float) -> np.ndarray:
+    """predict() for many shapes of one (kind, variant, dtype, causal): dims (N x D) -> times (s)."""
+    fields = COMPUTE_KINDS[kind]
+    arrays = {f: np.asarray(dims[:, j], dtype=float) for j, f in enumerate(fields)}
+    flops, byts = work_of(kind, variant, dtype, causal, arrays)
+    n = len(dims)
+    flops, byts = np.broadcast_to(np.asarray(flops, float), n), np.broadcast_to(np.asarray(byts, float), n)
+    if fit.x0:
+        sat = SATURATION_FIELDS.get(FAMILY[kind]) or (fields[0],)
+        padded = dict(arrays)
+        for f, pad in zip(sat, fit.x0):
+            padded[f] = padded[f] + pad
+        pflops, pbytes = work_of(kind, variant, dtype, causal, padded)
+        pflops, pbytes = np.broadcast_to(np.asarray(pflops, float), n), np.broadcast_to(np.asarray(pbytes, float), n)
+    else:
+        pflops, pbytes = flops, byts
+    if not fit.compute_bound:
+        return fit.t0 + pbytes / (hbm_Bps * fit.em)
+    tm = byts / (hbm_Bps * fit.em)
+    tc = pflops / (peak * fit.e)
+    hi = np.maximum(np.maximum(tc, tm), 1e-300)
+    return fit.t0 + hi * ((tc / hi) ** fit.p + (tm / hi) ** fit.p) ** (1.0 / fit.p)
 
 
 def prior_fit(family: str, variant: str = "fwd") -> FamilyFit:

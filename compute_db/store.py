@@ -2,8 +2,16 @@
 
 Table `kernels`: one row per (gpu, kernel key, source) with time statistics in seconds and provenance
 ("measured": device, driver, torch, CUDA versions, date; "imported": the source it came from).
+Table `series` (schema 2): a sweep of one kernel shape along one field (e.g. a Vidur GEMM at every token
+count) stored compactly: the key with the swept field written `field=*`, the field's values and the time
+statistics as zlib-compressed little-endian arrays (int64 values, float64 medians, float32 mean/min/std,
+int32 samples). A series holds exactly the rows it expands to (`KernelSeries.rows`); a plain row with the
+same (gpu, key, source) wins over the series point.
+Table `figures` (schema 2): measured per-family efficiency figures that are not kernel rows (e.g. SimuMax's
+HBM efficiency of memory-bound kernels on a GPU): (gpu, family, variant, name, value, source, note).
 Table `meta`: `format` = clustersim-compute-db and `schema_version`, so a foreign or corrupt SQLite file
-is refused with a clear error. Readers open the file read-only (URI mode=ro) and load a GPU's rows once,
+is refused with a clear error; schema 1 files (kernels only) are read as they are and upgraded in place
+(tables added) when written. Readers open the file read-only (URI mode=ro) and load a GPU's data once,
 so any number of concurrent readers is safe; writers use one transaction per batch.
 """
 
@@ -14,16 +22,26 @@ import math
 import os
 import sqlite3
 import tempfile
+import zlib
+from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+
+import numpy as np
 
 from compute_db.errors import ComputeDBError
 from compute_db.keys import KernelKey, parse_key_text
 
 FORMAT_NAME = "clustersim-compute-db"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 PROVENANCES = ("measured", "imported")
+# The field a series sweeps, per kind (the token-like dimension); other kinds sweep their first field.
+SERIES_FIELD = {"gemm": "m", "grouped_gemm": "m", "attn_bmm": "m", "flash_attn": "seq_q", "attn_decode": "kv_tokens",
+                "elementwise": "numel", "dropout": "numel", "memcpy": "bytes", "softmax": "rows",
+                "optimizer": "params"}
+MIN_SERIES_POINTS = 8     # shorter sweeps stay plain rows
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -48,7 +66,41 @@ CREATE TABLE IF NOT EXISTS kernels (
     PRIMARY KEY (gpu, key, source)
 );
 CREATE INDEX IF NOT EXISTS kernels_gpu ON kernels (gpu, kind);
+CREATE TABLE IF NOT EXISTS series (
+    gpu TEXT NOT NULL,
+    key TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    variant TEXT NOT NULL,
+    dtype TEXT NOT NULL,
+    field TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    field_values BLOB NOT NULL,
+    median_s BLOB NOT NULL,
+    mean_s BLOB NOT NULL,
+    min_s BLOB NOT NULL,
+    std_s BLOB NOT NULL,
+    samples BLOB NOT NULL,
+    provenance TEXT NOT NULL,
+    source TEXT NOT NULL,
+    device TEXT NOT NULL DEFAULT '',
+    driver TEXT NOT NULL DEFAULT '',
+    torch TEXT NOT NULL DEFAULT '',
+    cuda TEXT NOT NULL DEFAULT '',
+    date TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (gpu, key, source)
+);
+CREATE TABLE IF NOT EXISTS figures (
+    gpu TEXT NOT NULL,
+    family TEXT NOT NULL,
+    variant TEXT NOT NULL,
+    name TEXT NOT NULL,
+    value REAL NOT NULL,
+    source TEXT NOT NULL,
+    note TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (gpu, family, variant, name, source)
+);
 """
+FIGURE_NAMES = ("hbm_efficiency",)   # dimensionless, of the GPU table's HBM bandwidth
 
 
 @dataclass(frozen=True)
@@ -72,6 +124,105 @@ class KernelRow:
     def time_s(self) -> float:
         """The representative time: the median (robust to outliers)."""
         return self.median_s
+
+
+@dataclass(frozen=True, eq=False)
+class KernelSeries:
+    """Rows of one kernel shape swept along one field (`key` holds 1 in that field; `values` ascending)."""
+    gpu: str
+    key: KernelKey
+    field: str
+    values: np.ndarray           # int64, strictly increasing
+    median_s: np.ndarray         # float64
+    mean_s: np.ndarray
+    min_s: np.ndarray
+    std_s: np.ndarray
+    samples: np.ndarray          # int
+    provenance: str
+    source: str
+    device: str = ""
+    driver: str = ""
+    torch: str = ""
+    cuda: str = ""
+    date: str = ""
+
+    @property
+    def axis(self) -> int:
+        return self.key.fields.index(self.field)
+
+    def key_at(self, value: int) -> KernelKey:
+        d = list(self.key.dims)
+        d[self.axis] = int(value)
+        return KernelKey(self.key.kind, self.key.variant, tuple(d), self.key.dtype, self.key.causal)
+
+    def key_text(self) -> str:
+        parts = [f"{f}={'*' if f == self.field else v}" for f, v in zip(self.key.fields, self.key.dims)]
+        c = "/causal" if self.key.causal else ""
+        return f"{self.key.kind}/{self.key.variant}/{self.key.dtype}{c}/{','.join(parts)}"
+
+    def rows(self) -> list[KernelRow]:
+        meta = (self.provenance, self.source, self.device, self.driver, self.torch, self.cuda, self.date)
+        return [KernelRow(self.gpu, self.key_at(v), float(a), float(b), float(c), float(d), int(n), *meta)
+                for v, a, b, c, d, n in zip(self.values.tolist(), self.mean_s.tolist(), self.median_s.tolist(),
+                                            self.min_s.tolist(), self.std_s.tolist(), self.samples.tolist())]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A measured efficiency figure of a kernel family on a GPU (not a kernel row), e.g. HBM efficiency."""
+    gpu: str
+    family: str                  # op family (keys.FAMILY values) or "default" (every memory-bound family)
+    variant: str                 # "" = any variant, else fwd | bwd
+    name: str                    # FIGURE_NAMES
+    value: float
+    source: str
+    note: str = ""
+
+
+def pack_series(rows: Iterable[KernelRow], min_points: int = MIN_SERIES_POINTS
+                ) -> tuple[list[KernelRow], list[KernelSeries]]:
+    """Split rows into plain rows and series: rows equal in everything but the swept field (SERIES_FIELD)."""
+    groups: dict[tuple, list[KernelRow]] = defaultdict(list)
+    for r in rows:
+        k = r.key
+        field = SERIES_FIELD.get(k.kind, k.fields[0])
+        i = k.fields.index(field)
+        base = KernelKey(k.kind, k.variant, k.dims[:i] + (1,) + k.dims[i + 1:], k.dtype, k.causal)
+        groups[(r.gpu, base, field, r.provenance, r.source, r.device, r.driver, r.torch, r.cuda, r.date)].append(r)
+    plain: list[KernelRow] = []
+    series: list[KernelSeries] = []
+    for (gpu, base, field, prov, source, device, driver, torch, cuda, date), rs in groups.items():
+        if len(rs) < min_points:
+            plain.extend(rs)
+            continue
+        i = base.fields.index(field)
+        rs = sorted(rs, key=lambda r: r.key.dims[i])
+        series.append(KernelSeries(
+            gpu, base, field, np.array([r.key.dims[i] for r in rs], dtype=np.int64),
+            np.array([r.median_s for r in rs]), np.array([r.mean_s for r in rs]),
+            np.array([r.min_s for r in rs]), np.array([r.std_s for r in rs]),
+            np.array([r.samples for r in rs], dtype=np.int64), prov, source, device, driver, torch, cuda, date))
+    return plain, series
+
+
+def _blob(arr: np.ndarray, dtype: str) -> bytes:
+    return zlib.compress(np.ascontiguousarray(arr, dtype=dtype).tobytes(), 9)
+
+
+def _unblob(data: bytes, dtype: str, count: int, where: str) -> np.ndarray:
+    try:
+        arr = np.frombuffer(zlib.decompress(data), dtype=dtype)
+    except (zlib.error, TypeError, ValueError) as exc:
+        raise ComputeDBError(f"{where}: corrupt series data ({exc})") from None
+    if arr.size != count:
+        raise ComputeDBError(f"{where}: corrupt series data ({arr.size} values, expected {count})")
+    return arr
+
+
+def _parse_series_key(text: str, field: str, where: str) -> KernelKey:
+    if f"{field}=*" not in text.split("/")[-1].split(","):
+        raise ComputeDBError(f"{where}: series key '{text}' does not mark field '{field}' with '*'")
+    return parse_key_text(text.replace(f"{field}=*", f"{field}=1"))
 
 
 CSV_COLUMNS = ("gpu", "key", "mean_s", "median_s", "min_s", "std_s", "samples", "provenance", "source",
@@ -107,9 +258,9 @@ def _check_meta(conn: sqlite3.Connection, path: Path) -> None:
         version = int(meta.get("schema_version", ""))
     except ValueError:
         raise ComputeDBError(f"{path}: compute DB without a valid schema_version") from None
-    if version != SCHEMA_VERSION:
-        raise ComputeDBError(f"{path}: compute DB schema version {version}; this clustersim reads version "
-                             f"{SCHEMA_VERSION}")
+    if version not in READABLE_VERSIONS:
+        raise ComputeDBError(f"{path}: compute DB schema version {version}; this clustersim reads versions "
+                             f"{', '.join(map(str, READABLE_VERSIONS))}")
 
 
 def connect_ro(path: str | Path) -> sqlite3.Connection:
@@ -166,37 +317,105 @@ def create(path: str | Path) -> None:
             os.unlink(tmp)
 
 
-def write_rows(path: str | Path, rows: Iterable[KernelRow], create_missing: bool = True) -> int:
-    """Insert or replace rows (one transaction). Returns the number written."""
-    path = Path(path)
-    if create_missing and not path.exists():
-        create(path)
-    connect_ro(path).close()  # validates format before writing
+def _check_series(s: KernelSeries, where: str) -> None:
+    n = s.values.size
+    if n == 0 or any(a.size != n for a in (s.median_s, s.mean_s, s.min_s, s.std_s, s.samples)):
+        raise ComputeDBError(f"{where}: series arrays must be non-empty and of equal length")
+    if np.any(np.diff(s.values) <= 0) or s.values[0] <= 0:
+        raise ComputeDBError(f"{where}: series values of '{s.field}' must be positive and strictly increasing")
+    for name in ("mean_s", "median_s", "min_s", "std_s"):
+        v = getattr(s, name)
+        if not np.all(np.isfinite(v)) or np.any(v < 0) or (name != "std_s" and np.any(v <= 0)):
+            raise ComputeDBError(f"{where}: {name} must be finite positive numbers of seconds")
+    if s.provenance not in PROVENANCES:
+        raise ComputeDBError(f"{where}: provenance must be one of {', '.join(PROVENANCES)}, got {s.provenance!r}")
+    if not s.gpu or not s.source:
+        raise ComputeDBError(f"{where}: gpu and source must be non-empty")
+
+
+def _check_figure(f: Figure, where: str) -> None:
+    if f.name not in FIGURE_NAMES:
+        raise ComputeDBError(f"{where}: figure name must be one of {', '.join(FIGURE_NAMES)}, got {f.name!r}")
+    if not (isinstance(f.value, (int, float)) and math.isfinite(f.value) and 0 < f.value <= 1.5):
+        raise ComputeDBError(f"{where}: figure {f.name} must be a positive efficiency, got {f.value!r}")
+    if not f.gpu or not f.source or not f.family:
+        raise ComputeDBError(f"{where}: gpu, family and source must be non-empty")
+
+
+def _write(path: Path, rows: Iterable[KernelRow] = (), series: Iterable[KernelSeries] = (),
+           figures: Iterable[Figure] = ()) -> int:
     items = []
     for i, row in enumerate(rows):
         _check_row(row, f"row {i + 1}")
         items.append((row.gpu, row.key.text(), row.key.kind, row.key.variant, row.key.dtype, row.mean_s,
                       row.median_s, row.min_s, row.std_s, int(row.samples), row.provenance, row.source,
                       row.device, row.driver, row.torch, row.cuda, row.date))
+    sitems = []
+    n_points = 0
+    for i, s in enumerate(series):
+        _check_series(s, f"series {i + 1}")
+        n_points += s.values.size
+        sitems.append((s.gpu, s.key_text(), s.key.kind, s.key.variant, s.key.dtype, s.field, int(s.values.size),
+                       _blob(s.values, "<i8"), _blob(s.median_s, "<f8"), _blob(s.mean_s, "<f4"),
+                       _blob(s.min_s, "<f4"), _blob(s.std_s, "<f4"), _blob(s.samples, "<i4"), s.provenance,
+                       s.source, s.device, s.driver, s.torch, s.cuda, s.date))
+    fitems = []
+    for i, f in enumerate(figures):
+        _check_figure(f, f"figure {i + 1}")
+        fitems.append((f.gpu, f.family, f.variant, f.name, float(f.value), f.source, f.note))
     try:
         conn = sqlite3.connect(str(path), timeout=30)
+        if not {"series", "figures"} <= _tables(conn):
+            conn.executescript(_SCHEMA)     # a schema 1 file gains the schema 2 tables (IF NOT EXISTS)
         with conn:
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             conn.executemany("INSERT OR REPLACE INTO kernels VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", items)
+            conn.executemany("INSERT OR REPLACE INTO series VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                             sitems)
+            conn.executemany("INSERT OR REPLACE INTO figures VALUES (?,?,?,?,?,?,?)", fitems)
         conn.close()
     except sqlite3.Error as exc:
         raise ComputeDBError(f"{path}: cannot write compute DB ({exc})") from None
-    return len(items)
+    return len(items) + n_points + len(fitems)
 
 
-def write_fresh(path: str | Path, rows: Iterable[KernelRow]) -> int:
-    """Write a new DB holding exactly `rows`, replacing `path` atomically (temp file + rename)."""
+def write_rows(path: str | Path, rows: Iterable[KernelRow], create_missing: bool = True) -> int:
+    """Insert or replace rows (one transaction). Returns the number written."""
+    path = Path(path)
+    if create_missing and not path.exists():
+        create(path)
+    connect_ro(path).close()  # validates format before writing
+    return _write(path, rows)
+
+
+def write_data(path: str | Path, rows: Iterable[KernelRow] = (), series: Iterable[KernelSeries] = (),
+               figures: Iterable[Figure] = (), create_missing: bool = True) -> int:
+    """Insert or replace rows, series and figures (one transaction). Returns rows + series points + figures."""
+    path = Path(path)
+    if create_missing and not path.exists():
+        create(path)
+    connect_ro(path).close()
+    return _write(path, rows, series, figures)
+
+
+def write_fresh(path: str | Path, rows: Iterable[KernelRow], figures: Iterable[Figure] = (),
+                pack: bool = False) -> int:
+    """Write a new DB holding exactly `rows` (and `figures`), replacing `path` atomically (temp file + rename).
+
+    pack: store sweeps along a kind's token-like field as series (pack_series; compact, same rows)."""
     path = check_output_path(path)
+    rows = list(rows)
+    plain, series = pack_series(rows) if pack else (rows, [])
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".new", dir=path.parent)
     os.close(fd)
     os.unlink(tmp)
     try:
         create(tmp)
-        n = write_rows(tmp, rows, create_missing=False)
+        n = write_data(tmp, plain, series, figures, create_missing=False)
+        conn = sqlite3.connect(tmp)
+        conn.execute("VACUUM")
+        conn.close()
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -214,25 +433,77 @@ _SELECT = ("SELECT gpu, key, mean_s, median_s, min_s, std_s, samples, provenance
            "torch, cuda, date FROM kernels")
 
 
-def read_rows(path: str | Path, gpu: str | None = None) -> list[KernelRow]:
-    """All rows (of one GPU when given), validated."""
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+_SELECT_SERIES = ("SELECT gpu, key, field, count, field_values, median_s, mean_s, min_s, std_s, samples, provenance, "
+                  "source, device, driver, torch, cuda, date FROM series")
+
+
+def _series_from_record(rec: tuple, where: str) -> KernelSeries:
+    (gpu, key, field, count, vals, med, mean, mn, std, samples, prov, source, device, driver, torch, cuda,
+     date) = rec
+    w = f"{where}: series {key} ({source})"
+    return KernelSeries(gpu, _parse_series_key(key, field, w), field, _unblob(vals, "<i8", count, w),
+                        _unblob(med, "<f8", count, w), _unblob(mean, "<f4", count, w).astype(float),
+                        _unblob(mn, "<f4", count, w).astype(float), _unblob(std, "<f4", count, w).astype(float),
+                        _unblob(samples, "<i4", count, w).astype(np.int64), prov, source, device or "",
+                        driver or "", torch or "", cuda or "", date or "")
+
+
+def read_data(path: str | Path, gpu: str | None = None
+              ) -> tuple[list[KernelRow], list[KernelSeries], list[Figure]]:
+    """(plain rows, series, figures) of one GPU (or all), validated; the compact form lookups load."""
     conn = connect_ro(path)
     try:
-        if gpu is None:
-            cur = conn.execute(_SELECT + " ORDER BY gpu, key, source")
-        else:
-            cur = conn.execute(_SELECT + " WHERE gpu = ? ORDER BY key, source", (gpu,))
-        return [_row_from_record(r, f"{path}") for r in cur]
+        tables = _tables(conn)
+        where, args = ("", ()) if gpu is None else (" WHERE gpu = ?", (gpu,))
+        rows = [_row_from_record(r, f"{path}") for r in conn.execute(_SELECT + where + " ORDER BY gpu, key, source",
+                                                                      args)]
+        series = []
+        if "series" in tables:
+            series = [_series_from_record(r, f"{path}")
+                      for r in conn.execute(_SELECT_SERIES + where + " ORDER BY gpu, key, source", args)]
+        figures = []
+        if "figures" in tables:
+            figures = [Figure(*r) for r in conn.execute(
+                "SELECT gpu, family, variant, name, value, source, note FROM figures" + where
+                + " ORDER BY gpu, family, variant, name, source", args)]
+        return rows, series, figures
     except sqlite3.DatabaseError as exc:
         raise ComputeDBError(f"{path}: corrupt compute DB ({exc})") from None
     finally:
         conn.close()
 
 
+def read_rows(path: str | Path, gpu: str | None = None) -> list[KernelRow]:
+    """All rows (of one GPU when given), series expanded, validated; ordered by gpu, key, source."""
+    rows, series, _ = read_data(path, gpu)
+    if not series:
+        return rows
+    have = {(r.gpu, r.key, r.source) for r in rows}
+    out = list(rows)
+    for s in series:
+        out.extend(r for r in s.rows() if (r.gpu, r.key, r.source) not in have)
+    out.sort(key=lambda r: (r.gpu, r.key.text(), r.source))
+    return out
+
+
+def read_figures(path: str | Path, gpu: str | None = None) -> list[Figure]:
+    return read_data(path, gpu)[2]
+
+
 def gpus_in(path: str | Path) -> list[str]:
+    """GPUs with rows, series or figures in the file."""
     conn = connect_ro(path)
     try:
-        return [r[0] for r in conn.execute("SELECT DISTINCT gpu FROM kernels ORDER BY gpu")]
+        tables = _tables(conn)
+        names = {r[0] for r in conn.execute("SELECT DISTINCT gpu FROM kernels")}
+        for t in ("series", "figures"):
+            if t in tables:
+                names.update(r[0] for r in conn.execute(f"SELECT DISTINCT gpu FROM {t}"))
+        return sorted(names)
     except sqlite3.DatabaseError as exc:
         raise ComputeDBError(f"{path}: corrupt compute DB ({exc})") from None
     finally:
@@ -240,11 +511,22 @@ def gpus_in(path: str | Path) -> list[str]:
 
 
 def summary(path: str | Path) -> list[tuple[str, str, str, int]]:
-    """(gpu, kind, provenance, rows) counts."""
+    """(gpu, kind, provenance, rows) counts; series count their points; figures appear as kind 'figure:<name>'."""
     conn = connect_ro(path)
     try:
-        return list(conn.execute("SELECT gpu, kind, provenance, COUNT(*) FROM kernels "
-                                 "GROUP BY gpu, kind, provenance ORDER BY gpu, kind, provenance"))
+        tables = _tables(conn)
+        counts: dict[tuple[str, str, str], int] = defaultdict(int)
+        for g, k, p, n in conn.execute("SELECT gpu, kind, provenance, COUNT(*) FROM kernels "
+                                       "GROUP BY gpu, kind, provenance"):
+            counts[(g, k, p)] += n
+        if "series" in tables:
+            for g, k, p, n in conn.execute("SELECT gpu, kind, provenance, SUM(count) FROM series "
+                                           "GROUP BY gpu, kind, provenance"):
+                counts[(g, k, p)] += n
+        if "figures" in tables:
+            for g, name, n in conn.execute("SELECT gpu, name, COUNT(*) FROM figures GROUP BY gpu, name"):
+                counts[(g, f"figure:{name}", "imported")] += n
+        return [(g, k, p, n) for (g, k, p), n in sorted(counts.items())]
     except sqlite3.DatabaseError as exc:
         raise ComputeDBError(f"{path}: corrupt compute DB ({exc})") from None
     finally:

@@ -25,6 +25,7 @@ class CollectiveRequest:
     size_bytes: int               # nccl-tests buffer size S (see workload_gen.workload)
     algorithm: str = "auto"       # "auto" | "ring" | "tree" | "nvls" | "rhd" | "direct" | "hierarchical" ...
     tag: str = ""                 # caller's label, carried into statistics (e.g. "dp:grad_bucket0")
+    protocol: str = "auto"        # "auto" | "LL" | "LL128" | "Simple" (NCCL protocols; case-insensitive)
 
 
 class NetworkBackend(Protocol):

@@ -1,7 +1,8 @@
 """NetworkBackend implementations: "flow" (contention-aware flow engine) and "analytical" (alpha-beta).
 
-Both validate requests the same way, pick algorithms with the same automatic rule
-(netsim.analytical.choose_algorithm) and are deterministic.
+Both share one Planner: the same validation, the same automatic (algorithm, protocol) choice (minimum
+analytical time, Planner.choose) and the same protocol / latency / fill terms (netsim.protocol); the
+flow engine adds only the sharing of bandwidth between flows. Both are deterministic.
 """
 
 from __future__ import annotations
@@ -9,15 +10,26 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from netsim import analytical as ana
 from netsim.api import CollectiveRequest
+from netsim.calibration import FAMILY, PROTOCOL_NAMES
 from netsim.engine import FlowEngine
 from netsim.errors import NetsimError
-from netsim.resolve import ResolvedFlow, ScheduleRun, resolve, static_time_s
-from netsim.schedules import build_specs, check_algorithm, group_shape, validate_request
-from netsim.topoview import TopoView
+from netsim.netcal import NetCalibration
+from netsim.protocol import HopContext, NetModel, parse_protocol
+from netsim.resolve import (
+    ResolveContext,
+    ResolvedFlow,
+    ScheduleRun,
+    compact_flows,
+    finish,
+    resolve,
+    route_spec,
+)
+from netsim.schedules import GroupShape, build_specs, check_algorithm, group_shape, validate_request
+from netsim.topoview import ROUTINGS, TopoView
 
 
 @dataclass
@@ -30,21 +42,64 @@ class CollectiveRecord:
     size_bytes: int
     start_s: float
     end_s: float
+    protocol: str = ""
 
     @property
     def time_s(self) -> float:
         return self.end_s - self.start_s
 
 
-class Planner:
-    """Validation, algorithm choice and resolved flow schedules, cached per group."""
+@dataclass
+class CollectivePlan:
+    """One (op, algorithm, protocol, group): resolved unit-size flows and the per-call terms."""
+    op: str
+    algorithm: str
+    protocol: str
+    family: str
+    shape: GroupShape
+    facts: ana.GroupFacts
+    flows: list[ResolvedFlow]
+    base_s: float                 # launch + NCCL base latency
+    efficiency: float
+    model: NetModel
 
-    def __init__(self, topology, *, pxn: bool = False, view: TopoView | None = None):
-        self.view = view if view is not None else TopoView(topology, pxn=pxn)
+    _compact: tuple | None = field(default=None, repr=False, compare=False)
+
+    def compact(self, capacity_Bps):
+        """Flows renumbered over their own links (netsim.resolve.compact_flows), cached."""
+        if self._compact is None:
+            self._compact = compact_flows(capacity_Bps, self.flows)
+        return self._compact
+
+    def timing(self, size: float) -> tuple[float, float]:
+        """(delay before the first flows, multiplier of the flows' latencies) for a call of `size`."""
+        mult = self.model.plateau_factor(self.family, self.protocol, self.op, self.facts.units, size, self.shape.n)
+        return self.base_s * mult, mult
+
+
+class Planner:
+    """Validation, (algorithm, protocol) choice and resolved flow schedules, cached per group.
+
+    Options: pxn (PXN routes), net_calibration (netsim.NetCalibration), launch_overhead (host launch
+    cost per call, default on), gpus_per_process (GPUs one process drives: nccl-tests -g), routing
+    ("auto": rail on rail-optimized fabrics, else ecmp; "rail": rail-aligned routes for same-rail traffic,
+    NCCL-like; "ecmp": hash every flow — netsim.topoview.resolve_routing).
+    """
+
+    def __init__(self, topology, *, pxn: bool = False, view: TopoView | None = None,
+                 net_calibration: NetCalibration | None = None, launch_overhead: bool = True,
+                 gpus_per_process: int = 1, routing: str = "auto"):
+        if net_calibration is not None and not isinstance(net_calibration, NetCalibration):
+            raise NetsimError("net_calibration must be a netsim.NetCalibration (netsim.load_net_calibration)")
+        self.view = view if view is not None else TopoView(topology, pxn=pxn, calibration=net_calibration,
+                                                           routing=routing)
+        self.model = NetModel(self.view.gpu_type, net_calibration, launch_overhead=launch_overhead,
+                              gpus_per_process=gpus_per_process)
         self._shapes: dict[tuple[int, ...], tuple] = {}
-        self._flows: dict[tuple, list[ResolvedFlow]] = {}
+        self._plans: dict[tuple, CollectivePlan] = {}
+        self._routed: dict[tuple, list] = {}
         self._est: dict[tuple, float] = {}
-        self._auto: dict[tuple, str] = {}
+        self._auto: dict[tuple, tuple[str, str]] = {}
 
     def shape(self, gpus: tuple[int, ...]):
         got = self._shapes.get(gpus)
@@ -54,43 +109,86 @@ class Planner:
             self._shapes[gpus] = got
         return got
 
-    def prepare(self, req: CollectiveRequest):
+    def choose(self, req: CollectiveRequest):
+        """(gpus, shape, facts, algorithm, protocol) of a request: validated, 'auto' resolved to the
+        fastest candidate (analytical time; ties keep NCCL's order ring, tree, NVLS and LL, LL128, Simple)."""
         gpus = tuple(req.gpus)
         validate_request(self.view, req.op, gpus, req.size_bytes)
         shape, facts = self.shape(gpus)
         check_algorithm(self.view, shape, req.op, req.algorithm)
-        alg = req.algorithm
-        if alg == "auto":
-            ck = (req.op, gpus, float(req.size_bytes))
-            alg = self._auto.get(ck)
-            if alg is None:
-                alg = self._auto[ck] = ana.choose_algorithm(self.view, shape, facts, req.op,
-                                                            float(req.size_bytes))
-        elif req.op in ("send", "recv"):
-            alg = "p2p"
-        return gpus, shape, facts, alg
-
-    def flows(self, op: str, alg: str, gpus: tuple[int, ...], shape) -> list[ResolvedFlow]:
-        key = (op, alg, gpus)
-        got = self._flows.get(key)
+        proto_req = parse_protocol(getattr(req, "protocol", "auto"))
+        alg_req = "p2p" if req.op in ("send", "recv") else req.algorithm
+        if alg_req != "auto" and proto_req != "auto":
+            if proto_req not in self.model.protocols(alg_req, req.op, facts.ll128_ok, shape.m):
+                raise NetsimError(f"protocol {PROTOCOL_NAMES[proto_req]} does not apply to {alg_req} "
+                                  f"(use one of: {', '.join(PROTOCOL_NAMES[p] for p in self.model.protocols(alg_req, req.op, facts.ll128_ok, shape.m))})")
+            return gpus, shape, facts, alg_req, proto_req
+        ck = (req.op, gpus, float(req.size_bytes), alg_req, proto_req)
+        got = self._auto.get(ck)
         if got is None:
-            specs = build_specs(shape, op, alg, 1.0)
-            got = [resolve(self.view, s, i) for i, s in enumerate(specs)]
-            self._flows[key] = got
+            algs = ana.candidates(self.view, shape, req.op) if alg_req == "auto" else (alg_req,)
+            best, best_t = None, math.inf
+            for alg in algs:
+                protos = self.model.protocols(alg, req.op, facts.ll128_ok, shape.m)
+                if proto_req != "auto":
+                    if proto_req not in protos:
+                        continue
+                    protos = (proto_req,)
+                for proto in protos:
+                    t = self.estimate_s(req.op, alg, proto, gpus, max(float(req.size_bytes), 1.0))
+                    if t < best_t * (1 - 1e-9):
+                        best, best_t = (alg, proto), t
+            if best is None:
+                raise NetsimError(f"protocol {PROTOCOL_NAMES[proto_req]} does not apply to any algorithm "
+                                  f"of {req.op} on this group")
+            got = self._auto[ck] = best
+        return (gpus, shape, facts) + got
+
+    def prepare(self, req: CollectiveRequest):
+        """(gpus, shape, facts, algorithm) of a request (see choose; the protocol is left out)."""
+        return self.choose(req)[:4]
+
+    def plan(self, op: str, alg: str, proto: str, gpus: tuple[int, ...]) -> CollectivePlan:
+        key = (op, alg, proto, gpus)
+        got = self._plans.get(key)
+        if got is None:
+            shape, facts = self.shape(gpus)
+            m = self.model
+            family = FAMILY[alg]
+            hop = HopContext(family, proto, multi_unit=shape.m > 1, one_per_unit=facts.one_per_unit)
+            ctx = ResolveContext(
+                hop_alpha_s=lambda cls, hop=hop: m.hop_alpha_s(cls, hop),
+                efficiency=m.efficiency(family, proto),
+                cap_algbw_Bps=m.ll_cap_algbw_Bps(family, proto, op, shape.n, shape.m),
+                channels=m.channels(family, facts.one_per_unit, facts.b_net),
+                chunk=lambda kind, proto=proto: m.fill_chunk_bytes(kind, proto),
+                nvls_latency_s=m.nvls_latency_s(), nvls_efficiency=m.nvls_efficiency)
+            routed = self._routed.get((op, alg, gpus))
+            if routed is None:
+                specs = build_specs(shape, op, alg, 1.0)
+                routed = self._routed[(op, alg, gpus)] = [route_spec(self.view, s, i) for i, s in enumerate(specs)]
+            flows = [finish(r, ctx) for r in routed]
+            got = CollectivePlan(op, alg, proto, family, shape, facts, flows, m.base_s(family, proto),
+                                 ctx.efficiency, m)
+            self._plans[key] = got
         return got
 
-    def analytical_s(self, req: CollectiveRequest) -> tuple[float, str]:
-        gpus, shape, facts, alg = self.prepare(req)
-        key = (req.op, alg, gpus, float(req.size_bytes))
+    def flows(self, op: str, alg: str, gpus: tuple[int, ...], shape=None, proto: str = "simple") -> list[ResolvedFlow]:
+        """Resolved unit-size flows of (op, algorithm, protocol, group); the channels do not depend on
+        the protocol."""
+        return self.plan(op, alg, proto, gpus).flows
+
+    def estimate_s(self, op: str, alg: str, proto: str, gpus: tuple[int, ...], size: float) -> float:
+        key = (op, alg, proto, gpus, size)
         t = self._est.get(key)
         if t is None:
-            if alg in ("tree", "rhd", "pairwise", "pxn") or (alg == "direct" and req.op != "all_to_all"):
-                t = static_time_s(self.view, self.flows(req.op, alg, gpus, shape), float(req.size_bytes)) \
-                    if req.size_bytes > 0 and len(gpus) > 1 else 0.0
-            else:
-                t = ana.estimate_s(self.view, shape, facts, req.op, alg, float(req.size_bytes))
+            t = ana.estimate_s(self.view, self.plan(op, alg, proto, gpus), size) if len(gpus) > 1 else 0.0
             self._est[key] = t
-        return t, alg
+        return t
+
+    def analytical_s(self, req: CollectiveRequest) -> tuple[float, str, str]:
+        gpus, _shape, _facts, alg, proto = self.choose(req)
+        return self.estimate_s(req.op, alg, proto, gpus, float(req.size_bytes)), alg, proto
 
 
 class AnalyticalNetwork:
@@ -98,8 +196,8 @@ class AnalyticalNetwork:
 
     kind = "analytical"
 
-    def __init__(self, topology, *, pxn: bool = False, planner: Planner | None = None):
-        self.planner = planner or Planner(topology, pxn=pxn)
+    def __init__(self, topology, *, pxn: bool = False, planner: Planner | None = None, **model_options):
+        self.planner = planner or Planner(topology, pxn=pxn, **model_options)
         self._events: list[tuple[float, int, Callable[[float], None]]] = []
         self._seq = 0
         self.now_s = 0.0
@@ -109,10 +207,11 @@ class AnalyticalNetwork:
         return self.planner.analytical_s(req)[0]
 
     def submit(self, req: CollectiveRequest, now_s: float, on_done: Callable[[float], None]) -> None:
-        t, alg = self.planner.analytical_s(req)
+        t, alg, proto = self.planner.analytical_s(req)
         start = max(now_s, self.now_s)
         end = start + t
-        self.records.append(CollectiveRecord(req.tag, req.op, alg, len(req.gpus), int(req.size_bytes), start, end))
+        self.records.append(CollectiveRecord(req.tag, req.op, alg, len(req.gpus), int(req.size_bytes), start, end,
+                                             PROTOCOL_NAMES[proto]))
         heapq.heappush(self._events, (end, self._seq, on_done))
         self._seq += 1
 
@@ -127,7 +226,8 @@ class AnalyticalNetwork:
         self.now_s = max(self.now_s, until_s)
 
 
-def _run_collective(net, flows: list[ResolvedFlow], size: float, on_done, record: CollectiveRecord) -> None:
+def _run_collective(net, flows: list[ResolvedFlow], size: float, on_done, record: CollectiveRecord, *,
+                    delay_s: float = 0.0, lat_mult: float = 1.0) -> None:
     """Start one collective's schedule on the network's engine; record and report its completion."""
     def finish(t: float) -> None:
         record.end_s = t
@@ -135,7 +235,7 @@ def _run_collective(net, flows: list[ResolvedFlow], size: float, on_done, record
         net._in_flight -= 1
         on_done(t)
 
-    ScheduleRun(net.engine, flows, size, finish).start()
+    ScheduleRun(net.engine, flows, size, finish, delay_s=delay_s, lat_mult=lat_mult).start()
 
 
 class FlowNetwork:
@@ -150,8 +250,8 @@ class FlowNetwork:
 
     def __init__(self, topology, *, pxn: bool = False, use_numba: bool | None = None,
                  check_invariants: bool = False, record_flows: bool = False,
-                 record_link_timeline: bool = False, planner: Planner | None = None):
-        self.planner = planner or Planner(topology, pxn=pxn)
+                 record_link_timeline: bool = False, planner: Planner | None = None, **model_options):
+        self.planner = planner or Planner(topology, pxn=pxn, **model_options)
         self.options = dict(use_numba=use_numba, check_invariants=check_invariants,
                             record_flows=record_flows, record_link_timeline=record_link_timeline)
         self.engine = FlowEngine(self.planner.view.capacity_Bps, **self.options)
@@ -164,13 +264,19 @@ class FlowNetwork:
         return self.engine.now_s
 
     def submit(self, req: CollectiveRequest, now_s: float, on_done: Callable[[float], None]) -> None:
-        gpus, shape, _facts, alg = self.planner.prepare(req)
+        gpus, _shape, _facts, alg, proto = self.planner.choose(req)
         if now_s > self.engine.now_s:
             self.advance(now_s)
-        flows = self.planner.flows(req.op, alg, gpus, shape) if req.size_bytes > 0 else []
-        rec = CollectiveRecord(req.tag, req.op, alg, len(gpus), int(req.size_bytes), self.engine.now_s, math.nan)
+        size = float(req.size_bytes)
+        flows, delay, mult = [], 0.0, 1.0
+        if size > 0 and len(gpus) > 1:
+            plan = self.planner.plan(req.op, alg, proto, gpus)
+            flows = plan.flows
+            delay, mult = plan.timing(size)
+        rec = CollectiveRecord(req.tag, req.op, alg, len(gpus), int(req.size_bytes), self.engine.now_s, math.nan,
+                               PROTOCOL_NAMES[proto])
         self._in_flight += 1
-        _run_collective(self, flows, float(req.size_bytes), on_done, rec)
+        _run_collective(self, flows, size, on_done, rec, delay_s=delay, lat_mult=mult)
 
     def next_event_time(self) -> float:
         return self.engine.next_event_time()
@@ -185,8 +291,8 @@ class FlowNetwork:
 
     def estimate(self, req: CollectiveRequest) -> float:
         """Seconds for `req` alone on an idle flow network (a private engine; no side effects)."""
-        gpus, _shape, _facts, alg = self.planner.prepare(req)
-        key = (req.op, alg, gpus, float(req.size_bytes))
+        gpus, _shape, _facts, alg, proto = self.planner.choose(req)
+        key = (req.op, alg, proto, gpus, float(req.size_bytes))
         got = self._est_cache.get(key)
         if got is None:
             private = FlowNetwork(None, planner=self.planner, use_numba=self.options["use_numba"])
@@ -220,41 +326,61 @@ class FlowNetwork:
         return [(r.nbytes, r.start_s, r.end_s) for r in self.engine.flow_records]
 
 
-def make_backend(kind: str, topology, **options):
-    """netsim.make_backend("flow" | "analytical", topology, **options) -> NetworkBackend.
+MODEL_OPTIONS = ("net_calibration", "launch_overhead", "gpus_per_process", "routing")
 
-    Options: pxn (both), and for "flow": use_numba, check_invariants, record_flows, record_link_timeline.
+
+def make_backend(kind: str, topology, *, net_calibration: NetCalibration | None = None, **options):
+    """netsim.make_backend("flow" | "analytical", topology, *, net_calibration=None, **options) -> NetworkBackend.
+
+    net_calibration: a NetCalibration (netsim.load_net_calibration) replacing netsim's constants for
+    one system. Options of both backends: pxn, launch_overhead (host launch cost per call; default
+    True), gpus_per_process (nccl-tests -g; default 1), routing ("auto" default: rail-aligned on rail-optimized fabrics, else ECMP | "rail" | "ecmp").
+    "flow" only: use_numba, check_invariants, record_flows, record_link_timeline.
     """
+    both = {"pxn", "launch_overhead", "gpus_per_process", "routing"}
     if kind == "flow":
-        allowed = {"pxn", "use_numba", "check_invariants", "record_flows", "record_link_timeline"}
-        bad = sorted(set(options) - allowed)
-        if bad:
-            raise NetsimError(f"flow backend: unknown option(s) {', '.join(bad)}")
-        return FlowNetwork(topology, **options)
-    if kind == "analytical":
-        allowed = {"pxn"}
-        bad = sorted(set(options) - allowed)
-        if bad:
-            raise NetsimError(f"analytical backend: unknown option(s) {', '.join(bad)}")
-        return AnalyticalNetwork(topology, **options)
-    raise NetsimError(f"unknown network backend {kind!r} (known: flow, analytical)")
+        allowed = both | {"use_numba", "check_invariants", "record_flows", "record_link_timeline"}
+    elif kind == "analytical":
+        allowed = both
+    else:
+        raise NetsimError(f"unknown network backend {kind!r} (known: flow, analytical)")
+    bad = sorted(set(options) - allowed)
+    if bad:
+        raise NetsimError(f"{kind} backend: unknown option(s) {', '.join(bad)}")
+    if options.get("routing", "auto") not in ROUTINGS:
+        raise NetsimError(f"routing must be one of {', '.join(ROUTINGS)}, got {options['routing']!r}")
+    cls = FlowNetwork if kind == "flow" else AnalyticalNetwork
+    return cls(topology, net_calibration=net_calibration, **options)
 
 
-def step_level_time_s(topology_or_planner, dag, gpus, *, check_invariants: bool = False) -> float:
+def step_level_time_s(topology_or_planner, dag, gpus, *, protocol: str = "simple",
+                      check_invariants: bool = False) -> float:
     """Run a step-level DAG (netsim.dag) through the flow engine, every transfer its own flow.
 
-    For validating the bundled schedules on small groups: both must agree for large messages.
+    For validating the bundled schedules on small groups: both must agree for large messages. The
+    transfers pay the same per-hop latencies and per-call delay as the bundle of the same (algorithm,
+    protocol) and group; the DAG pipelines its pieces explicitly, so no fill factor is applied (compare
+    with a bundle whose calibration sets fill_scale=0).
     """
     from netsim.dag import dag_specs
 
     planner = topology_or_planner if isinstance(topology_or_planner, Planner) else Planner(topology_or_planner)
-    specs = dag_specs(dag, tuple(gpus))
-    flows = [resolve(planner.view, s, i) for i, s in enumerate(specs)]
+    gpus = tuple(gpus)
+    specs = dag_specs(dag, gpus)
+    m = planner.model
+    shape, facts = planner.shape(gpus)
+    family = FAMILY[dag.algorithm]
+    hop = HopContext(family, protocol, multi_unit=shape.m > 1, one_per_unit=facts.one_per_unit)
+    phases = 2 if dag.op == "all_reduce" else 1
+    ctx = ResolveContext(hop_alpha_s=lambda cls: m.hop_alpha_s(cls, hop), efficiency=m.efficiency(family, protocol),
+                         cap_algbw_Bps=math.inf, channels=1, chunk=lambda kind: 0.0,
+                         nvls_latency_s=m.nvls_latency_s() / (2 * phases), nvls_efficiency=m.nvls_efficiency)
+    flows = [resolve(planner.view, s, i, ctx) for i, s in enumerate(specs)]
     net = FlowNetwork(None, planner=planner, check_invariants=check_invariants)
     net._in_flight = 1
     done: list[float] = []
     rec = CollectiveRecord("dag", dag.op, dag.algorithm, dag.n, 0, 0.0, math.nan)
-    _run_collective(net, flows, 1.0, done.append, rec)
+    _run_collective(net, flows, 1.0, done.append, rec, delay_s=m.base_s(family, protocol))
     net.engine.run()
     if check_invariants:
         net.engine.check_all_done()

@@ -5,8 +5,11 @@
     clustersim collective --op all_reduce -t spectrum-x -g 32 --rail 0
     clustersim collective --micro micro.txt -t topo.txt          # SimAI MICRO workload, all GPUs
     clustersim collective --micro microAllReduce.txt -g 8         # SimAI's smoke test (training file)
+    clustersim collective -g 8 -p LL128 --gpus-per-process 8      # NCCL_PROTO, nccl-tests -g 8
+    clustersim collective calibrate all_reduce_perf.txt -o calib.yaml   # fit to measured nccl-tests output
+    clustersim collective -g 8 --net-calibration calib.yaml
 
-Columns: size (bytes, nccl-tests S), algorithm, then per backend time (us), algbw = S / t and
+Columns: size (bytes, nccl-tests S), algorithm/protocol, then per backend time (us), algbw = S / t and
 busbw = algbw x factor (all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all (n-1)/n;
 broadcast, reduce, send 1), in GB/s (1e9).
 """
@@ -19,6 +22,7 @@ import re
 import tempfile
 
 from netsim.errors import NetsimError
+from netsim.outfile import user_mode
 
 OP_ALIASES = {"allreduce": "all_reduce", "all_reduce": "all_reduce", "all-reduce": "all_reduce",
               "allgather": "all_gather", "all_gather": "all_gather", "all-gather": "all_gather",
@@ -44,18 +48,10 @@ def parse_size(text: str, flag: str) -> int:
     return int(float(m.group(1)) * mult)
 
 
-def register(subparsers) -> None:
-    """Add this package's subcommands to the clustersim parser."""
-    p = subparsers.add_parser(
-        "collective", allow_abbrev=False,
-        help="nccl-tests-like benchmark of a collective on a simulated topology (flow + analytical)",
-        description="Simulate one collective over a size sweep on a topology and print time, algbw "
-                    "and busbw for the flow and analytical network backends.",
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    p.add_argument("--op", default="all_reduce", help="all_reduce | all_gather | reduce_scatter | "
-                   "all_to_all | broadcast | reduce | send (nccl-tests names such as allreduce accepted)")
-    p.add_argument("-t", "--topology", default="spectrum-x",
-                   help="topology template name or SimAI topology file (default spectrum-x)")
+def add_topology_flags(p, default_template: str = "spectrum-x") -> None:
+    """Topology flags shared by `collective` and `collective calibrate`."""
+    p.add_argument("-t", "--topology", default=default_template,
+                   help=f"topology template name or SimAI topology file (default {default_template})")
     p.add_argument("-g", "--gpus", type=int, help="template: number of GPUs (default 8 * servers or 8)")
     p.add_argument("-gps", "--gpus-per-server", type=int, help="template: GPUs per server")
     p.add_argument("-gt", "--gpu-type", help="template: GPU type (H100)")
@@ -63,6 +59,22 @@ def register(subparsers) -> None:
     p.add_argument("-bw", "--nic-bw", help="template: NIC rate, e.g. 400Gbps")
     p.add_argument("--topo-param", action="append", default=[], metavar="KEY=VALUE",
                    help="extra topo.build parameter (repeatable), e.g. psw_count=4")
+
+
+def register(subparsers) -> None:
+    """Add this package's subcommands to the clustersim parser."""
+    from netsim import calibrate
+
+    p = subparsers.add_parser(
+        "collective", allow_abbrev=False,
+        help="nccl-tests-like benchmark of a collective on a simulated topology (flow + analytical)",
+        description="Simulate one collective over a size sweep on a topology and print time, algbw "
+                    "and busbw for the flow and analytical network backends. `collective calibrate` fits "
+                    "the network constants to measured nccl-tests output.",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--op", default="all_reduce", help="all_reduce | all_gather | reduce_scatter | "
+                   "all_to_all | broadcast | reduce | send (nccl-tests names such as allreduce accepted)")
+    add_topology_flags(p)
     g = p.add_argument_group("group (default: all GPUs)")
     g.add_argument("--ranks", type=int, help="first N GPUs (with --servers: N GPUs over M servers)")
     g.add_argument("--servers", type=int, help="spread --ranks evenly over the first M servers")
@@ -72,15 +84,28 @@ def register(subparsers) -> None:
     p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplication factor (2)")
     p.add_argument("-a", "--algorithm", default="auto",
                    help="auto | ring | tree | nvls | rhd | hierarchical | direct | pairwise | pxn")
+    p.add_argument("-p", "--protocol", default="auto", help="auto | LL | LL128 | Simple (NCCL_PROTO)")
     p.add_argument("--backend", choices=("both", "flow", "analytical"), default="both")
     p.add_argument("--pxn", action="store_true", help="route inter-node traffic with PXN")
+    p.add_argument("--routing", choices=("auto", "rail", "ecmp"), default="auto",
+                   help="auto (default): rail on rail-optimized fabrics, else ecmp; rail: NCCL-like rail-aligned "
+                        "routes for same-rail traffic; ecmp: the switches hash every flow")
+    p.add_argument("--net-calibration", metavar="FILE",
+                   help="network calibration YAML (from `clustersim collective calibrate`)")
+    p.add_argument("--gpus-per-process", type=int, default=1,
+                   help="GPUs one process drives (nccl-tests -g): host launch cost per call x this (default 1)")
+    p.add_argument("--no-launch-overhead", action="store_true",
+                   help="drop the host launch cost per call (CUDA graphs)")
     p.add_argument("--micro", metavar="FILE", help="run the collectives of a SimAI MICRO workload file")
     p.add_argument("--png", metavar="FILE", help="write a chart of busbw vs size")
     p.add_argument("--check", action="store_true", help="debug: check engine invariants while running")
     p.set_defaults(func=main)
+    sub = p.add_subparsers(dest="collective_command", metavar="{calibrate}",
+                           title="subcommands (optional)")
+    calibrate.register(sub)
 
 
-def _topology(args):
+def topology_from_args(args):
     import topo
     from netsim.calibration import nvlink_line_Bps
     from topo.templates import SIMAI_BASE, canonical_template
@@ -107,7 +132,7 @@ def _topology(args):
             params[name] = val
     if "gpus" not in params:
         per = params.get("gpus_per_server", 8)
-        params["gpus"] = max(int(per) * (args.servers or 1), args.ranks or 0)
+        params["gpus"] = max(int(per) * (getattr(args, "servers", None) or 1), getattr(args, "ranks", None) or 0)
     template = canonical_template(args.topology)
     if "nvlink_bandwidth_Bps" not in params and template not in ("nvl72", "nvl36", "pcie"):
         # SimAI's template default NVLink rate (2880 Gbps) is an effective H100 figure; netsim applies
@@ -180,15 +205,22 @@ def main(args) -> int:
     if args.png:
         _check_png_path(args.png)
     args.nvlink_note = ""
-    t = _topology(args)
+    t = topology_from_args(args)
     group = select_group(t, args.ranks, args.servers, args.rail)
     if op == "send":
         group = group[:1] + group[-1:]
+    cal = netsim.load_net_calibration(args.net_calibration) if args.net_calibration else None
+    if args.gpus_per_process < 1:
+        raise NetsimError(f"--gpus-per-process must be >= 1, got {args.gpus_per_process}")
+    from netsim.protocol import parse_protocol
+    parse_protocol(args.protocol)
+    opts = dict(pxn=args.pxn, net_calibration=cal, launch_overhead=not args.no_launch_overhead,
+                gpus_per_process=args.gpus_per_process, routing=args.routing)
     backends = {}
     if args.backend in ("both", "flow"):
-        backends["flow"] = netsim.make_backend("flow", t, pxn=args.pxn, check_invariants=args.check)
+        backends["flow"] = netsim.make_backend("flow", t, check_invariants=args.check, **opts)
     if args.backend in ("both", "analytical"):
-        backends["analytical"] = netsim.make_backend("analytical", t, pxn=args.pxn)
+        backends["analytical"] = netsim.make_backend("analytical", t, **opts)
     micro_note = ""
     if args.micro:
         micro = read_micro_file(args.micro)
@@ -197,19 +229,21 @@ def main(args) -> int:
     else:
         jobs = [("", op, s) for s in _sizes(args)]
     reqs = [(name, netsim.CollectiveRequest(jop, group if jop != "send" else group[:1] + group[-1:], size,
-                                            args.algorithm)) for name, jop, size in jobs]
+                                            args.algorithm, protocol=args.protocol)) for name, jop, size in jobs]
     planner = next(iter(backends.values())).planner
     for _name, req in reqs:     # bad group / algorithm: one error line before any output
         planner.prepare(req)
     n = len(group)
     print(f"# {getattr(t, 'name', '') or args.topology}: {t.num_gpus} GPUs; group of {n} GPUs "
           f"over {len({t.server_of(g) for g in group})} servers; op {op if not args.micro else 'MICRO file'}")
+    if cal is not None:
+        print(f"# network calibration: {cal.label()} ({', '.join(f'{k}={v:.4g}' if isinstance(v, float) else f'{k}={v}' for k, v in cal.constants().items()) or 'no constants'})")
     for note in (args.nvlink_note, micro_note):
         if note:
             print(f"# {note}")
     name_w = max([16] + [len(name) + 1 for name, _ in reqs])
     head = f"{'name':<{name_w}s}" if args.micro else ""
-    head += f"{'op':<15s}{'size_B':>12s} {'algo':<13s}"
+    head += f"{'op':<15s}{'size_B':>12s} {'algo/proto':<18s}"
     for name in backends:
         head += f"{name + ' us':>14s}{'algbw':>9s}{'busbw':>9s}"
     print(head)
@@ -227,8 +261,8 @@ def main(args) -> int:
             while not done:
                 net.advance(net.next_event_time())
             times[bname] = done[0] - start
-            alg = net.records[-1].algorithm
-        line += f"{jop:<15s}{size:>12d} {alg:<13s}"
+            alg = f"{net.records[-1].algorithm}/{net.records[-1].protocol}"
+        line += f"{jop:<15s}{size:>12d} {alg:<18s}"
         row = {"name": name, "op": jop, "size": size, "algorithm": alg}
         for bname, tt in times.items():
             algbw = size / tt / 1e9 if tt > 0 else (0.0 if size == 0 else float("inf"))
@@ -237,8 +271,9 @@ def main(args) -> int:
             row[bname] = bus
         rows.append(row)
         print(line, flush=True)
+    launch = "off" if args.no_launch_overhead else f"{args.gpus_per_process} GPU(s) per process"
     print("# GB/s = 1e9 B/s; busbw factors as nccl-tests; flow: max-min flows on the topology, "
-          "analytical: alpha-beta (netsim.analytical)")
+          f"analytical: NCCL-like alpha-beta (netsim.analytical); host launch overhead: {launch}")
     if args.png:
         _plot(rows, backends, args.png, n)
         print(f"# chart: {args.png}")
@@ -271,6 +306,7 @@ def _plot(rows, backends, path: str, n: int) -> None:
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=110, bbox_inches="tight")
+        user_mode(tmp)
         os.replace(tmp, path)
     except OSError as exc:
         raise NetsimError(f"--png {path}: cannot write ({exc.strerror})") from None

@@ -3,24 +3,40 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from netsim import calibration as cal
 from netsim.engine import FlowEngine
+from netsim.protocol import fill_factor
 from netsim.schedules import FlowSpec
 
 
 @dataclass
 class ResolvedFlow:
     channels: np.ndarray     # directed channel ids (unique)
-    weights: np.ndarray      # bytes on the channel per byte of the flow
-    frac: float              # flow bytes = frac x request size
+    weights: np.ndarray      # bytes on the channel per byte of the flow (protocol wire overhead included)
+    frac: float              # flow payload = frac x request size
     latency_s: float
-    cap_Bps: float
+    cap_Bps: float           # rate cap (NVLS port throughput, NCCL's LL cap), flow bytes / s
     deps: tuple[int, ...]
     after: tuple[int, ...] = ()
+    nch: float = 1.0         # NCCL channels riding this flow (pipeline fill: payload per channel)
+    fill_stages: float = 1.0
+    fill_chunk: float = 0.0  # bytes per channel (0: no fill)
+
+
+@dataclass(frozen=True)
+class ResolveContext:
+    """Protocol-level terms of one (algorithm, protocol, group): see netsim.protocol.NetModel."""
+    hop_alpha_s: Callable[[str], float]   # link class -> per-hop latency (without propagation)
+    efficiency: float                     # protocol efficiency: wire bytes = payload / efficiency
+    cap_algbw_Bps: float                  # NCCL's LL cap as an algorithm bandwidth (inf if none)
+    channels: int                         # NCCL channels of the collective (comm or NVLS channels)
+    chunk: Callable[[str], float]         # fill kind -> chunk bytes per channel
+    nvls_latency_s: float
+    nvls_efficiency: float
 
 
 def ecmp_key(spec_idx: int, hop_idx: int) -> int:
@@ -57,10 +73,34 @@ def critical_latency_s(spec: FlowSpec, hop_lat: list[float]) -> float:
     return spec.steps * max(hop_lat)
 
 
-def resolve(view, spec: FlowSpec, spec_idx: int, unit_size: float = 1.0) -> ResolvedFlow:
+def fill_stages(spec: FlowSpec) -> int:
+    """Store-and-forward stages beyond the first on the flow's pipeline: chains and trees, the hops
+    of the critical path - 1; rings, NVLS and parallel transfers 1 (netsim.calibration)."""
+    if spec.lat_stages and not spec.ring:
+        hops = sum(max(len(p) for p in stage) for stage in spec.lat_stages if stage)
+        return max(1, hops - 1)
+    return 1
+
+
+@dataclass
+class RoutedSpec:
+    """The protocol-independent part of a resolved flow: channels, weights, hop classes, propagation."""
+    spec: FlowSpec
+    channels: np.ndarray
+    weights: np.ndarray
+    hop_class: list[str]
+    hop_prop_s: list[float]
+    switch_prop_s: float
+    line_up_Bps: float
+
+
+def route_spec(view, spec: FlowSpec, spec_idx: int) -> RoutedSpec:
+    """Route every hop of a FlowSpec (cached per group by the planner; shared by all protocols)."""
     chans: list[int] = []
     ws: list[float] = []
-    hop_lat: list[float] = []    # per-step alpha + propagation of each hop
+    classes: list[str] = []
+    props: list[float] = []
+    switch_prop = 0.0
     line_up = math.inf
     for h, hop in enumerate(spec.hops):
         w = 1.0 if spec.weights is None else float(spec.weights[h])
@@ -72,22 +112,14 @@ def resolve(view, spec: FlowSpec, spec_idx: int, unit_size: float = 1.0) -> Reso
             for c in cs:
                 chans.append(c)
                 ws.append(w / len(cs))
-            hop_lat.append(view.path_latency_s(cs[:1]))
+            switch_prop = max(switch_prop, view.path_latency_s(cs[:1]))
             continue
         path, pw = view.route(int(hop[0]), int(hop[1]), ecmp_key(spec_idx, h), spec.pxn)
         chans.extend(path)
         ws.extend([w * x for x in pw])
         # striped / multi-port routes: the latency of one route (weight-averaged)
-        lat = float(sum(view.latency_s[c] * x for c, x in zip(path, pw)))
-        hop_lat.append(view.path_alpha_s(path) + lat)
-    cap = math.inf
-    if spec.nvls:
-        wmax = max(spec.weights) if spec.weights else 1.0
-        cap = cal.NVLS_PORT_EFFICIENCY * line_up / wmax
-        # one NVLS phase = multimem request up to the switch and the result back down
-        latency = spec.steps * (cal.NVLS_PHASE_ALPHA_S + 2 * max(hop_lat, default=0.0))
-    else:
-        latency = critical_latency_s(spec, hop_lat)
+        props.append(float(sum(view.latency_s[c] * x for c, x in zip(path, pw))))
+        classes.append(view.path_class(path))
     if chans:
         arr = np.asarray(chans, dtype=np.int64)
         uniq, inv = np.unique(arr, return_inverse=True)
@@ -95,24 +127,54 @@ def resolve(view, spec: FlowSpec, spec_idx: int, unit_size: float = 1.0) -> Reso
         np.add.at(wsum, inv, np.asarray(ws))
     else:
         uniq, wsum = np.zeros(0, dtype=np.int64), np.zeros(0)
-    return ResolvedFlow(uniq, wsum, spec.nbytes / unit_size, latency, cap, tuple(spec.deps), tuple(spec.after))
+    return RoutedSpec(spec, uniq, wsum, classes, props, switch_prop, line_up)
+
+
+def finish(routed: RoutedSpec, ctx: ResolveContext, unit_size: float = 1.0) -> ResolvedFlow:
+    """A routed spec under one (algorithm, protocol): latency, wire weights, caps and fill terms."""
+    spec = routed.spec
+    frac = spec.nbytes / unit_size
+    if spec.nvls:
+        wmax = max(spec.weights) if spec.weights else 1.0
+        cap = ctx.nvls_efficiency * routed.line_up_Bps / wmax
+        # NCCL's NVLS latency (one per call) + the multimem round trips' propagation
+        latency = ctx.nvls_latency_s + spec.steps * 2 * routed.switch_prop_s
+    else:
+        alpha = {cls: ctx.hop_alpha_s(cls) for cls in set(routed.hop_class)}
+        hop_lat = [alpha[c] + p for c, p in zip(routed.hop_class, routed.hop_prop_s)]
+        latency = critical_latency_s(spec, hop_lat)
+        cap = frac * ctx.cap_algbw_Bps
+    weights = routed.weights / ctx.efficiency if ctx.efficiency != 1.0 else routed.weights
+    nch = spec.share * ctx.channels if spec.share is not None else 1.0
+    return ResolvedFlow(routed.channels, weights, frac, latency, cap, tuple(spec.deps), tuple(spec.after),
+                        nch=nch, fill_stages=fill_stages(spec), fill_chunk=ctx.chunk(spec.fill))
+
+
+def resolve(view, spec: FlowSpec, spec_idx: int, ctx: ResolveContext, unit_size: float = 1.0) -> ResolvedFlow:
+    """FlowSpec -> ResolvedFlow (route_spec + finish)."""
+    return finish(route_spec(view, spec, spec_idx), ctx, unit_size)
 
 
 class ScheduleRun:
     """One flow schedule in flight on a FlowEngine: releases flows as their dependencies finish.
 
-    A flow starts `latency_s` after its last data dependency (`deps`) finishes, and not before its
-    order-only predecessors (`after`, same-connection FIFO) finish. `on_done(t)` fires when the
-    last flow completes (at once through the engine for an empty schedule).
+    The collective starts `delay_s` (launch + base latency) after now. A flow starts `latency_s` x
+    `lat_mult` after its last data dependency (`deps`) finishes (root flows: after the delay), and
+    not before its order-only predecessors (`after`, same-connection FIFO) finish; it moves its
+    payload times the pipeline-fill factor (netsim.protocol.fill_factor). `on_done(t)` fires when
+    the last flow completes (at once through the engine for an empty schedule).
     """
 
-    __slots__ = ("engine", "flows", "size", "waiting", "succ", "left", "on_done", "ready")
+    __slots__ = ("engine", "flows", "size", "waiting", "succ", "left", "on_done", "ready", "delay_s", "lat_mult")
 
-    def __init__(self, engine, flows: list[ResolvedFlow], size: float, on_done):
+    def __init__(self, engine, flows: list[ResolvedFlow], size: float, on_done, *, delay_s: float = 0.0,
+                 lat_mult: float = 1.0):
         self.engine = engine
         self.flows = flows
         self.size = size
         self.on_done = on_done
+        self.delay_s = delay_s
+        self.lat_mult = lat_mult
         self.waiting = [len(f.deps) + len(f.after) for f in flows]
         self.succ: list[list[tuple[int, bool]]] = [[] for _ in flows]
         for i, f in enumerate(flows):
@@ -130,7 +192,7 @@ class ScheduleRun:
             return
         for i, f in enumerate(self.flows):
             if not f.deps:
-                self.ready[i] = now + f.latency_s
+                self.ready[i] = now + self.delay_s + f.latency_s * self.lat_mult
         for i, w in enumerate(self.waiting):
             if w == 0:
                 self._launch(i)
@@ -138,13 +200,14 @@ class ScheduleRun:
     def _launch(self, i: int) -> None:
         f = self.flows[i]
         lat = max(0.0, self.ready[i] - self.engine.now_s)
-        self.engine.add_flow(f.channels, f.frac * self.size, weights=f.weights, latency_s=lat,
+        nbytes = f.frac * self.size * fill_factor(f.frac, self.size, f.nch, f.fill_stages, f.fill_chunk)
+        self.engine.add_flow(f.channels, nbytes, weights=f.weights, latency_s=lat,
                              cap_Bps=f.cap_Bps, on_done=lambda _fid, t, i=i: self._flow_done(i, t))
 
     def _flow_done(self, i: int, t: float) -> None:
         self.left -= 1
         for j, data in self.succ[i]:
-            r = t + self.flows[j].latency_s if data else t
+            r = t + self.flows[j].latency_s * self.lat_mult if data else t
             if r > self.ready[j]:
                 self.ready[j] = r
             self.waiting[j] -= 1
@@ -154,13 +217,32 @@ class ScheduleRun:
             self.on_done(t)
 
 
-def static_time_s(view, flows: list[ResolvedFlow], size: float, use_numba: bool | None = None) -> float:
+def compact_flows(capacity_Bps: np.ndarray, flows: list[ResolvedFlow]) -> tuple[np.ndarray, list[ResolvedFlow]]:
+    """The flows with channels renumbered over the links they use, and those links' capacities: a
+    schedule run alone needs only its own links (the max-min result is the same, each event costs
+    O(its links) instead of O(all links of a large fabric))."""
+    from dataclasses import replace
+
+    used = np.unique(np.concatenate([f.channels for f in flows])) if flows else np.zeros(0, dtype=np.int64)
+    local = [replace(f, channels=np.searchsorted(used, f.channels).astype(np.int64)) for f in flows]
+    return capacity_Bps[used], local
+
+
+def static_time_s(view, flows: list[ResolvedFlow], size: float, use_numba: bool | None = None, *,
+                  delay_s: float = 0.0, lat_mult: float = 1.0, compact=None) -> float:
     """Time of a flow schedule alone on the idle network: the exact fluid time (rates re-shared
-    max-min whenever one of its flows starts or finishes), on a private engine."""
+    max-min whenever one of its flows starts or finishes), on a private engine over the schedule's own
+    links (`compact`: a cached compact_flows result)."""
     if not flows or size <= 0:
         return 0.0
-    engine = FlowEngine(view.capacity_Bps, use_numba=use_numba)
+    cap, local = compact if compact is not None else compact_flows(view.capacity_Bps, flows)
+    if len(local) == 1 and not local[0].deps and not local[0].after:
+        f = local[0]     # one flow alone: its rate is its tightest link (or its cap)
+        rate = min(float(np.min(cap[f.channels] / f.weights)) if len(f.channels) else math.inf, f.cap_Bps)
+        nbytes = f.frac * size * fill_factor(f.frac, size, f.nch, f.fill_stages, f.fill_chunk)
+        return delay_s + f.latency_s * lat_mult + (nbytes / rate if nbytes > 0 else 0.0)
+    engine = FlowEngine(cap, use_numba=use_numba)
     done: list[float] = []
-    ScheduleRun(engine, flows, float(size), done.append).start()
+    ScheduleRun(engine, local, float(size), done.append, delay_s=delay_s, lat_mult=lat_mult).start()
     engine.run()
     return done[0]

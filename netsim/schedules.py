@@ -46,7 +46,10 @@ class FlowSpec:
     Latency (netsim.resolve): ring=True -> hops form a cycle in order and a piece crosses `steps`
     consecutive hops (the worst such run counts); lat_stages -> sequential stages, each a set of
     alternative hop-index paths (the deepest counts), e.g. a tree's leaf-to-root then root-to-leaf
-    paths; otherwise steps x the slowest hop (hops in parallel)."""
+    paths; otherwise steps x the slowest hop (hops in parallel).
+    Pipeline fill: `share` of the collective's NCCL channels ride this flow (payload per channel =
+    nbytes / (share x channels)); `fill` picks the chunk size; the fill stages are 1 for rings, NVLS
+    and parallel transfers, the hops of the critical path - 1 for chains and trees."""
     hops: list
     nbytes: float
     steps: int = 1
@@ -57,6 +60,8 @@ class FlowSpec:
     after: tuple[int, ...] = ()   # order-only predecessors: start after they finish, no extra latency
     ring: bool = False
     lat_stages: tuple[tuple[tuple[int, ...], ...], ...] | None = None
+    share: float | None = None    # fraction of the collective's NCCL channels (None: one p2p connection)
+    fill: str = "p2p"             # pipeline-fill kind: ring | chain | tree | nvls | p2p (netsim.calibration)
 
 
 @dataclass
@@ -82,12 +87,25 @@ class GroupShape:
 
 
 def ring_order(servers: list[list[int]], channel: int) -> list[int]:
-    """Ring of channel c over servers (NCCL-like): even-numbered servers are walked forward from
-    local index c, odd ones backward from c - 1, so every server-to-server hop joins two GPUs of
-    the same local index (same rail: it stays under one rail switch) and channel c leaves servers
-    through different NICs than channel c + 1. With an odd number of servers the closing hop
-    changes rail."""
-    order: list[int] = []
+    """Ring of channel c over servers (NCCL-like, rail-aligned): every server-to-server hop joins two
+    GPUs of the same local index (one rail: it stays under one rail switch), and channel c leaves
+    servers through different NICs than channel c + 1. With an even number of servers, even-numbered
+    servers are walked forward from local index c and odd ones backward from c - 1. With an odd number
+    the entries c, c - 1, c, ..., c - 2 (three rails, as a ring of odd length needs) keep every hop on
+    one rail when every server has at least 3 GPUs; otherwise the closing hop changes rail."""
+    m = len(servers)
+    if m % 2 == 1 and m > 1 and min(len(s) for s in servers) >= 3:
+        entry = [channel if i % 2 == 0 else channel - 1 for i in range(m)]
+        entry[-1] = channel - 2
+        order: list[int] = []
+        for i, s in enumerate(servers):
+            k = len(s)
+            a, b = entry[i] % k, entry[(i + 1) % m] % k
+            order.append(s[a])
+            order.extend(s[(a + j) % k] for j in range(1, k) if (a + j) % k != b)
+            order.append(s[b])
+        return order
+    order = []
     for i, s in enumerate(servers):
         k = len(s)
         if i % 2 == 0:
@@ -165,13 +183,16 @@ def ring_specs(shape: GroupShape, op: str, size: float) -> list[FlowSpec]:
             hops = list(zip(chain[:-1], chain[1:]))
             if op == "reduce":
                 hops = [(b, a) for a, b in reversed(hops)]
-            specs.append(FlowSpec(hops, size / c_n, steps=n - 1, lat_stages=((tuple(range(len(hops))),),)))
+            specs.append(FlowSpec(hops, size / c_n, steps=n - 1, lat_stages=((tuple(range(len(hops))),),),
+                                  share=1 / c_n, fill="chain"))
             continue
         hops = list(zip(order, order[1:] + order[:1]))
         if op == "all_reduce":
-            specs.append(FlowSpec(hops, 2 * (n - 1) / n * size / c_n, steps=2 * (n - 1), ring=True))
+            specs.append(FlowSpec(hops, 2 * (n - 1) / n * size / c_n, steps=2 * (n - 1), ring=True,
+                                  share=1 / c_n, fill="ring"))
         else:
-            specs.append(FlowSpec(hops, (n - 1) / n * size / c_n, steps=n - 1, ring=True))
+            specs.append(FlowSpec(hops, (n - 1) / n * size / c_n, steps=n - 1, ring=True, share=1 / c_n,
+                                  fill="ring"))
     return specs
 
 
@@ -268,7 +289,8 @@ def tree_specs(shape: GroupShape, op: str, size: float) -> list[FlowSpec]:
             paths = tree_paths(parent, {v: j for j, v in enumerate(kids)})
             # reduce up every leaf-to-root path, then broadcast down every root-to-leaf path
             stages = (paths, tuple(tuple(len(up) + e for e in p) for p in paths))
-            specs.append(FlowSpec(up + down, size / len(trees), steps=2 * tree_depth(parent), lat_stages=stages))
+            specs.append(FlowSpec(up + down, size / len(trees), steps=2 * tree_depth(parent), lat_stages=stages,
+                                  share=1 / len(trees), fill="tree"))
         return specs
     order = shape.ring_order(0)
     root = shape.gpus[0]
@@ -280,7 +302,7 @@ def tree_specs(shape: GroupShape, op: str, size: float) -> list[FlowSpec]:
     if op == "reduce":
         edges = [(b, a) for a, b in edges]
     paths = tree_paths(parent, {v: j for j, v in enumerate(kids)})
-    return [FlowSpec(edges, size, steps=tree_depth(parent), lat_stages=(paths,))]
+    return [FlowSpec(edges, size, steps=tree_depth(parent), lat_stages=(paths,), share=1.0, fill="tree")]
 
 
 def nvls_specs(shape: GroupShape, op: str, size: float) -> list[FlowSpec]:
@@ -296,7 +318,7 @@ def nvls_specs(shape: GroupShape, op: str, size: float) -> list[FlowSpec]:
         w_up, w_down, steps = 1.0, 1 / n, 1
     hops = [("up", x) for x in g] + [("down", x) for x in g]
     weights = [w_up] * n + [w_down] * n
-    return [FlowSpec(hops, size, steps=steps, weights=weights, nvls=True)]
+    return [FlowSpec(hops, size, steps=steps, weights=weights, nvls=True, share=1.0, fill="nvls")]
 
 
 def rhd_specs(shape: GroupShape, op: str, size: float) -> list[FlowSpec]:
@@ -381,7 +403,8 @@ def hierarchical_specs(shape: GroupShape, op: str, size: float) -> list[FlowSpec
         out = []
         if k > 1:
             for s in shape.servers:
-                specs.append(FlowSpec(list(zip(s, s[1:] + s[:1])), nbytes, steps=k - 1, deps=deps, ring=True))
+                specs.append(FlowSpec(list(zip(s, s[1:] + s[:1])), nbytes, steps=k - 1, deps=deps, ring=True,
+                                      share=1.0, fill="ring"))
                 out.append(len(specs) - 1)
         return out
 
@@ -391,7 +414,7 @@ def hierarchical_specs(shape: GroupShape, op: str, size: float) -> list[FlowSpec
             for j in range(k):
                 ring = [s[j] for s in shape.servers]
                 specs.append(FlowSpec(list(zip(ring, ring[1:] + ring[:1])), nbytes, steps=steps, deps=deps,
-                                      ring=True))
+                                      ring=True, share=1 / k, fill="ring"))
                 out.append(len(specs) - 1)
         return out
 

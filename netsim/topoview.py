@@ -13,10 +13,36 @@ import numpy as np
 
 from netsim import calibration as cal
 from netsim.errors import NetsimError
+from netsim.protocol import link_class
+
+# auto (default): "rail" on a rail-optimized fabric (topo.analysis.is_rail_optimized), else "ecmp";
+# rail: NCCL-like rail-aligned routes for same-rail traffic (topo.Router); ecmp: per-flow hashing everywhere
+ROUTINGS = ("auto", "rail", "ecmp")
+
+
+def resolve_routing(topology, routing: str) -> str:
+    """The routing "auto" stands for on `topology`:
+    - "rail" on a rail-optimized fabric (each switch serving several servers serves one NIC index):
+      NCCL joins same-rail NICs, so its rings and trees stay on their rail;
+    - "rail" on clustersim's k-ary fat tree (template "fat-tree", named FatTree_*): modelled as an
+      InfiniBand fabric, whose subnet manager routes deterministically by destination (OpenSM's ftree
+      routing is D-mod-k), which is what the rail mode's D-mod-k next hops do;
+    - "ecmp" otherwise (one ToR per server: DCN+, non-rail Ethernet): a flow's path through the aggregation
+      and spine layers is the switches' ECMP hash of its 5-tuple, which NCCL cannot steer, so flows of
+      different rings can collide."""
+    if routing != "auto":
+        return routing
+    from topo.analysis import is_rail_optimized
+    if str(getattr(topology, "name", "")).startswith("FatTree"):
+        return "rail"
+    try:
+        return "rail" if is_rail_optimized(topology) else "ecmp"
+    except (AttributeError, TypeError):   # a topology without servers/ToRs (tests' hand-built graphs)
+        return "ecmp"
 
 
 class TopoView:
-    def __init__(self, topology, *, pxn: bool = False):
+    def __init__(self, topology, *, pxn: bool = False, calibration=None, routing: str = "auto"):
         import topo  # netsim -> topo is an allowed dependency; imported lazily for testability
 
         self.topology = topology
@@ -45,16 +71,24 @@ class TopoView:
             ch_bw, ch_lat = np.repeat(bw, 2), np.repeat(lat, 2)
             self._rev = np.arange(2 * nl, dtype=np.int64) ^ 1
         self.link_src, self.link_dst = src, dst
-        eff = np.array([cal.link_efficiency(k, b, self.gpu_type) for k, b in zip(self.ch_kind, ch_bw)])
+        override = {} if calibration is None else {
+            "nvlink": calibration.nvlink_efficiency, "network": calibration.network_efficiency,
+            "pcie": calibration.pcie_efficiency}
+        eff = np.array([override.get(k) or cal.link_efficiency(k, b, self.gpu_type)
+                        for k, b in zip(self.ch_kind, ch_bw)])
         self.line_Bps = ch_bw
         self.capacity_Bps = ch_bw * eff
         self.latency_s = ch_lat
         self.node_kind = {n.id: str(n.kind) for n in topology.nodes}
         self._tier = {n.id: str(n.tier) for n in topology.nodes}
         self.pxn_default = bool(pxn)   # make_backend(..., pxn=True): every route uses PXN
-        self._routers = {False: topo.Router(topology, pxn=False)}
+        if routing not in ROUTINGS:
+            raise NetsimError(f"routing must be one of {', '.join(ROUTINGS)}, got {routing!r}")
+        self.routing = resolve_routing(topology, routing)
+        self._rail_aligned = self.routing == "rail"
+        self._routers = {False: topo.Router(topology, pxn=False, rail_aligned=self._rail_aligned)}
         if pxn:
-            self._routers[True] = topo.Router(topology, pxn=True)
+            self._routers[True] = topo.Router(topology, pxn=True, rail_aligned=self._rail_aligned)
         self._topo_mod = topo
         self._path_cache: dict[tuple[int, int, int, bool], tuple[int, ...]] = {}
         self._adj: dict[int, list[tuple[int, int]]] = defaultdict(list)  # node -> [(out channel, peer)]
@@ -128,7 +162,8 @@ class TopoView:
             return ()
         router = self._routers.get(pxn)
         if router is None:
-            router = self._routers[pxn] = self._topo_mod.Router(self.topology, pxn=pxn)
+            router = self._routers[pxn] = self._topo_mod.Router(self.topology, pxn=pxn,
+                                                                rail_aligned=self._rail_aligned)
         ids = router.path(src, dst, key)
         if self.directed:
             res = tuple(int(i) for i in ids)
@@ -150,11 +185,9 @@ class TopoView:
     def path_latency_s(self, chans) -> float:
         return float(sum(self.latency_s[c] for c in chans))
 
-    def path_alpha_s(self, chans) -> float:
-        """Per-step software overhead of the slowest link class on the path."""
-        if not chans:
-            return 0.0
-        return max(cal.ALPHA_S.get(self.channel_kind(c), cal.ALPHA_S["network"]) for c in chans)
+    def path_class(self, chans) -> str:
+        """Slowest link class on a path (network > pcie > nvlink); per-hop latencies follow it."""
+        return link_class({self.ch_kind[c] for c in chans})
 
     # ------------------------------------------------------------ per-GPU bandwidths
     def nvlink_out_Bps(self, gpu: int) -> float:

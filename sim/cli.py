@@ -17,6 +17,7 @@ from netsim.errors import NetsimError
 from sim import commands as sim_commands
 from sim.analysis import cli as analysis_cli
 from sim.errors import SimError
+from sim.serve import cli as serve_cli
 from topo import cli as topo_cli
 from topo.errors import TopoError
 from workload_gen import cli as workload_cli
@@ -36,9 +37,9 @@ class OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="clustersim",
-        description="Simulate large-model training iterations on GPU clusters.")
+        description="Simulate large-model training iterations and inference serving on GPU clusters.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (sim_commands, analysis_cli, workload_cli, topo_cli, netsim_cli, compute_db_cli):
+    for module in (sim_commands, serve_cli, analysis_cli, workload_cli, topo_cli, netsim_cli, compute_db_cli):
         module.register(sub)
     return parser
 

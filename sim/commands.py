@@ -8,6 +8,8 @@ A run is described by a plain, picklable job dict (so sweeps can ship it to othe
   gpus       GPUs of a template topology (default: the job's world size rounded up to whole servers)
   gpu        GPU for compute times (default: the topology's GPU type)
   network    "flow" | "analytical";  sampling "auto" | "full";  mapping rank->GPU file
+  db         kernel DB path (compute_db.open_db; None: shipped), gpu_file: user GPU spec YAML
+  net_calibration  network calibration file (netsim.load_net_calibration; None: netsim's constants)
 """
 
 from __future__ import annotations
@@ -49,11 +51,28 @@ _PLAN_FLAGS = (  # (dest, flags, type, help)
     ("framework", ("--frame", "--framework"), str, "megatron | deepspeed"),
     ("zero_stage", ("--zero-stage", "--stage"), int, "DeepSpeed ZeRO stage"),
     ("rank_order", ("--rank-order",), str, "rank order, default tp-cp-ep-dp-pp"),
+    ("num_layers_first_stage", ("--first-stage-layers", "--decoder-first-pipeline-num-layers"), int,
+     "layers on pipeline stage 0 (uneven pipeline; divisible by --vpp)"),
+    ("num_layers_last_stage", ("--last-stage-layers", "--decoder-last-pipeline-num-layers"), int,
+     "layers on the last pipeline stage (uneven pipeline)"),
+    ("recompute_num_layers", ("--recompute-num-layers",), int, "full recompute: layers per stage chunk"),
+    ("grad_reduce_dtype", ("--grad-reduce-dtype",), str,
+     "gradient buffer / DP reduction dtype: auto (Megatron-LM: fp32 for bf16, fp16 for fp16) | fp32 | bf16 | fp16"),
 )
 _PLAN_BOOLS = (
     ("sequence_parallel", ("--sp", "--enable_sequence_parallel"), "sequence parallelism"),
     ("distributed_optimizer", ("--use-distributed-optimizer", "--distributed-optimizer"), "ZeRO-1-like optimizer"),
     ("tp_comm_overlap", ("--tp-comm-overlap",), "overlap TP communication with GEMMs"),
+)
+# on/off plan switches (--X / --no-X): (dest, flag, help)
+_PLAN_SWITCHES = (
+    ("flash_attention", "--flash-attn", "flash attention (default on; --no-flash-attn: unfused attention)"),
+    ("overlap_grad_reduce", "--overlap-grad-reduce",
+     "reduce gradient buckets during the backward pass (Megatron --overlap-grad-reduce; default on)"),
+    ("overlap_param_gather", "--overlap-param-gather",
+     "distributed optimizer: gather parameters during the forward pass (default on)"),
+    ("overlap_p2p_comm", "--overlap-p2p-comm",
+     "interleaved schedule: overlap pipeline p2p, no device sync after each send/recv (default off)"),
 )
 
 
@@ -94,12 +113,21 @@ def build_inputs(job: dict):
     return workload, topology, default_gpu(topology, job.get("gpu"))
 
 
+def open_job_db(job: dict):
+    """compute_db.open_db(--db, --gpu-file) of a job (the shipped DB when neither is given)."""
+    from compute_db import open_db
+    return open_db(job.get("db"), job.get("gpu_file"))
+
+
 def run_job(job: dict, progress: bool = False, trace: bool = False, row_key=None):
+    from sim.inputs import load_net_calibration
     from sim.simulation import simulate
+    db = open_job_db(job)
+    cal = load_net_calibration(job.get("net_calibration"))
     workload, topology, gpu = build_inputs(job)
-    rep = simulate(workload, topology, gpu=gpu, network=job.get("network") or "flow",
-                   placement=job.get("mapping"), progress=progress, sampling=job.get("sampling") or "auto",
-                   trace=trace, row_key=row_key or _row_key_for(workload))
+    rep = simulate(workload, topology, gpu=gpu, network=job.get("network") or "flow", db=db,
+                   net_calibration=cal, placement=job.get("mapping"), progress=progress,
+                   sampling=job.get("sampling") or "auto", trace=trace, row_key=row_key or _row_key_for(workload))
     rep.meta["fabric"] = job.get("fabric")
     return rep
 
@@ -120,12 +148,14 @@ def _row_key_for(workload):
 def summary_row(label: dict, rep=None, error: str = "") -> dict:
     row = dict(label)
     keys = ("iteration_time_s", "compute_s", "exposed_TP_s", "exposed_CP_s", "exposed_EP_s", "exposed_DP_s",
-            "exposed_PP_s", "bubble_s", "mfu", "tflops_per_gpu", "tokens_per_s_per_gpu")
+            "exposed_PP_s", "overhead_s", "bubble_s", "overlap_slowdown_s", "mfu", "tflops_per_gpu",
+            "tokens_per_s_per_gpu")
     if rep is None:
         row.update(dict.fromkeys(keys, ""))
     else:
         vals = [rep.iteration_time_s, rep.compute_s] + [rep.exposed_comm_s[k] for k in ("TP", "CP", "EP", "DP", "PP")]
-        vals += [rep.bubble_s, rep.mfu, rep.tflops_per_gpu, rep.tokens_per_s_per_gpu]
+        vals += [rep.overhead_s, rep.bubble_s, rep.overlap_slowdown_s, rep.mfu, rep.tflops_per_gpu,
+                 rep.tokens_per_s_per_gpu]
         row.update({k: f"{v:.6g}" if math.isfinite(v) else "n/a" for k, v in zip(keys, vals)})
     row["error"] = error
     return row
@@ -150,6 +180,10 @@ def _add_inputs(p: argparse.ArgumentParser, fabric_flag: bool = True) -> None:
         g.add_argument(*flags, dest=dest, type=typ, default=None, help=hlp)
     for dest, flags, hlp in _PLAN_BOOLS:
         g.add_argument(*flags, dest=dest, action="store_const", const=True, default=None, help=hlp)
+    for dest, flag, hlp in _PLAN_SWITCHES:
+        g.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=None, help=hlp)
+    g.add_argument("--no-dp-overlap", dest="no_dp_overlap", action="store_true",
+                   help="no DP overlap at all (as Megatron-LM 2021): --no-overlap-grad-reduce --no-overlap-param-gather")
     t = p.add_argument_group("cluster")
     if fabric_flag:
         t.add_argument("--topology", "--fabric", "-t", dest="fabric", default=None,
@@ -159,6 +193,11 @@ def _add_inputs(p: argparse.ArgumentParser, fabric_flag: bool = True) -> None:
     t.add_argument("--gpu", help="GPU for compute times (default: the topology's GPU type)")
     t.add_argument("--gpu-type", help="GPU type written into a template topology (e.g. A100, H100)")
     t.add_argument("--mapping", help="rank -> GPU mapping file (JSON list or one id per line)")
+    c = p.add_argument_group("calibration (your own measurements)")
+    c.add_argument("--db", help="kernel timing DB (SQLite from `clustersim measure`/`compute-db`), layered "
+                                "over the shipped one")
+    c.add_argument("--gpu-file", help="GPU spec YAML adding GPUs to the table (compute_db layout)")
+    c.add_argument("--net-calibration", help="network calibration file fitted to your nccl-tests runs (netsim)")
     s = p.add_argument_group("simulation")
     s.add_argument("--network", "-n", choices=("flow", "analytical"), default="flow",
                    help="network backend (default flow)")
@@ -169,12 +208,18 @@ def _add_inputs(p: argparse.ArgumentParser, fabric_flag: bool = True) -> None:
 
 
 def _job_from_args(args) -> dict:
-    plan = {dest: getattr(args, dest) for dest, *_ in _PLAN_FLAGS + tuple((d, f, None) for d, f, _ in _PLAN_BOOLS)
-            if getattr(args, dest, None) is not None}
+    dests = [d for d, *_ in _PLAN_FLAGS] + [d for d, *_ in _PLAN_BOOLS] + [d for d, *_ in _PLAN_SWITCHES]
+    plan = {dest: getattr(args, dest) for dest in dests if getattr(args, dest, None) is not None}
+    if getattr(args, "no_dp_overlap", False):
+        for dest in ("overlap_grad_reduce", "overlap_param_gather"):
+            if plan.get(dest):
+                raise SimError(f"--no-dp-overlap contradicts --{dest.replace('_', '-')}")
+            plan[dest] = False
     return {"workload": args.workload, "model": args.model, "plan_file": args.plan_file, "plan": plan,
             "fabric": getattr(args, "fabric", None), "gpus": args.gpus, "gpu": args.gpu,
             "gpu_type": args.gpu_type, "network": args.network, "sampling": args.sampling,
-            "mapping": args.mapping}
+            "mapping": args.mapping, "db": args.db, "gpu_file": args.gpu_file,
+            "net_calibration": args.net_calibration}
 
 
 def _is_default_run(args) -> bool:
@@ -192,7 +237,8 @@ def cmd_run(args) -> int:
     if _is_default_run(args):
         job = dict(EXAMPLE_JOB)
         job.update({k: v for k, v in (("gpus", args.gpus), ("gpu", args.gpu), ("gpu_type", args.gpu_type),
-                                      ("mapping", args.mapping)) if v})
+                                      ("mapping", args.mapping), ("db", args.db), ("gpu_file", args.gpu_file),
+                                      ("net_calibration", args.net_calibration)) if v})
         if args.fabric:
             job["fabric"] = args.fabric
         job["network"], job["sampling"] = args.network, args.sampling
@@ -215,9 +261,16 @@ def cmd_run(args) -> int:
         out = write_results(rep, args.out, run_name=args.name or name, charts=not args.no_charts,
                             trace=not args.no_trace, extra={k: v for k, v in job.items() if v is not None})
     if args.json:
-        print(json.dumps(rep.to_dict(), indent=2, default=str))
+        data = rep.to_dict()
+        if args.explain:
+            from sim.explain import explain_dict
+            data["explain"] = explain_dict(rep)
+        print(json.dumps(data, indent=2, default=str))
     else:
         print(format_summary(rep))
+        if args.explain:
+            from sim.explain import format_explain
+            print(format_explain(rep))
         print(f"simulated in {wall:.2f} s ({rep.meta['network_collectives']} network collectives)"
               + (f"; results in {out}/" if out else ""))
     from sim.memory_fit import memory_warning
@@ -294,17 +347,18 @@ def _label_text(label: dict) -> str:
 def format_compare(reports) -> str:
     w = min(72, max(14, *(len(_label_text(lab)) for lab, _ in reports))) + 1
     head = f"{'configuration':<{w}s}{'iter (s)':>10s}{'compute':>9s}{'TP':>8s}{'CP':>8s}{'EP':>8s}{'DP':>8s}" \
-           f"{'PP':>8s}{'bubble':>8s}{'MFU %':>7s}{'vs best':>9s}"
+           f"{'PP':>8s}{'ovh':>8s}{'bubble':>8s}{'MFU %':>7s}{'vs best':>9s}"
     best = min(rep.iteration_time_s for _, rep in reports)
     lines = [head, "-" * len(head)]
     for label, rep in reports:
         e = rep.exposed_comm_s
         lines.append(f"{_label_text(label)[:w - 1]:<{w}s}{rep.iteration_time_s:10.4f}{rep.compute_s:9.3f}"
-                     f"{e['TP']:8.3f}{e['CP']:8.3f}{e['EP']:8.3f}{e['DP']:8.3f}{e['PP']:8.3f}{rep.bubble_s:8.3f}"
+                     f"{e['TP']:8.3f}{e['CP']:8.3f}{e['EP']:8.3f}{e['DP']:8.3f}{e['PP']:8.3f}{rep.overhead_s:8.3f}"
+                     f"{rep.bubble_s:8.3f}"
                      + (f"{100 * rep.mfu:7.1f}" if math.isfinite(rep.mfu) else f"{'n/a':>7s}")
                      + f"{rep.iteration_time_s / best:8.3f}x")
-    lines.append("columns: seconds per iteration; TP..PP = exposed communication; MFU = model FLOPs / "
-                 "(GPUs x T x peak)")
+    lines.append("columns: seconds per iteration; TP..PP = exposed communication; ovh = launch/host overhead; "
+                 "MFU = model FLOPs / (GPUs x T x peak)")
     return "\n".join(lines)
 
 
@@ -317,13 +371,14 @@ def plot_compare(reports, path: Path) -> None:
     labels = [_label_text(lab) for lab, _ in reports]
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(labels) + 3), 4.5))
     bottom = [0.0] * len(labels)
-    for key in ("compute", "TP", "CP", "EP", "DP", "PP", "bubble"):
-        vals = [(rep.compute_s if key == "compute" else rep.bubble_s if key == "bubble" else rep.exposed_comm_s[key])
+    for key in ("compute", "TP", "CP", "EP", "DP", "PP", "overhead", "bubble"):
+        vals = [(rep.compute_s if key == "compute" else rep.bubble_s if key == "bubble"
+                 else rep.overhead_s if key == "overhead" else rep.exposed_comm_s[key])
                 for _, rep in reports]
         if not any(v > 0 for v in vals):
             continue
         ax.bar(labels, vals, bottom=bottom, color=_COLORS[key],
-               label=key if key in ("compute", "bubble") else f"exposed {key}")
+               label=key if key in ("compute", "bubble", "overhead") else f"exposed {key}")
         bottom = [a + b for a, b in zip(bottom, vals)]
     for i, (_, rep) in enumerate(reports):
         ax.text(i, bottom[i], f"{rep.iteration_time_s:.3f} s", ha="center", va="bottom", fontsize=8)
@@ -428,6 +483,8 @@ def register(subparsers) -> None:
     p.add_argument("--no-charts", action="store_true", help="skip PNG charts")
     p.add_argument("--no-trace", action="store_true", help="skip the Chrome trace")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--explain", action="store_true",
+                   help="also print which parts of the time rest on measurements and which on models")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
 

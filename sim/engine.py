@@ -16,6 +16,16 @@ Model (what is simulated):
   consumer task starts when its data has arrived. Sends are asynchronous for the sender (two streams,
   towards the next and the previous stage).
 - Cross-stage collectives ("mp", "embedding") start when every participating stage has reached them.
+- Launches and the host (optional, `host`: sim.overheads.HostOverheads): every op is issued by the
+  rank's host in program order; a kernel starts no earlier than its issue time plus the launch gap; the
+  host catches up with the GPU after `.item()` reads and, with megatron-core's batched p2p, at every
+  pipeline task boundary that sends or receives, where the rank also waits for all its communication
+  in flight (torch.cuda.synchronize). Compute-stream idle time for launches/host is "overhead".
+- Contention (optional, `contention`: sim.contention.ContentionModel): a kernel running while
+  communication of its rank is in flight is slowed by the SM share and HBM traffic of that
+  communication. Beside arithmetically timed communication (known start and end) the kernel's end is
+  computed piecewise; beside event-driven communication the kernel runs as an event, re-timed whenever
+  a collective of the rank starts or ends.
 
 Which groups are submitted to the network (symmetry; tests/sim/test_sim_symmetry.py compares with
 sampling "full", where every group of every kind is submitted):
@@ -43,7 +53,8 @@ sampling "full", where every group of every kind is submitted):
 - PP sends use the same rules on (stage GPU, next-stage GPU) pairs.
 
 Time accounting of each representative rank (sums to the iteration time exactly):
-compute + exposed comm per report group (TP, CP, EP, DP, PP) + bubble. Waiting for pipeline data is
+compute (incl. the contention slowdown) + exposed comm per report group (TP, CP, EP, DP, PP) + overhead
++ bubble. Waiting for pipeline data is
 split: the part during which the data was in flight is exposed PP, the rest (and idle time before the
 first and after the last op) is bubble.
 """
@@ -59,7 +70,7 @@ from dataclasses import dataclass, field
 from netsim.api import CollectiveRequest
 from sim.errors import SimError
 from sim.schedule import stage_tasks
-from workload_gen.workload import REPORT_GROUP
+from workload_gen.workload import REPORT_GROUP, CommOp
 
 REPORT_KEYS = ("TP", "CP", "EP", "DP", "PP")
 _CROSS_STAGE = ("mp", "embedding")
@@ -93,6 +104,8 @@ class Handle:
     rdv_s: float = math.nan      # cross-stage collectives: time the last participant arrived
     fast: bool = False           # timed arithmetically (done_s known at issue; no events)
     op: object = None            # the CommOp (exposed time is attributed to its per-layer row)
+    owner: object = None         # _StageRun that issued it (contention model: in-flight comm)
+    fp: object = None            # contention.Footprint while in flight
 
 
 @dataclass
@@ -102,6 +115,8 @@ class StageStats:
     bubble_s: float = 0.0
     end_s: float = 0.0
     exposed_kind_s: dict = field(default_factory=dict)   # raw group kind (tp, dp, edp, ...) -> s
+    overhead_s: float = 0.0       # compute stream idle waiting for kernel launches / the host
+    slowdown_s: float = 0.0       # part of compute_s added by communication in flight (contention)
 
 
 @dataclass
@@ -126,6 +141,18 @@ class EngineResult:
     isolated: tuple = ()
 
 
+@dataclass
+class _RunningKernel:
+    """A compute kernel running while event-driven communication of its rank is in flight."""
+    op: object
+    dur: float           # its time alone (s)
+    t_start: float
+    work: float          # seconds of work (at full speed) left at t_last
+    t_last: float
+    f: float = 1.0       # current slowdown factor (sim.contention)
+    ver: int = 0         # version of its pending end / re-time event
+
+
 class _Stream:
     """FIFO of communication operations of one kind on one stage."""
     __slots__ = ("busy", "queue")
@@ -140,7 +167,9 @@ class Engine:
 
     def __init__(self, workload, placement, topology, backend, op_time_s: Callable,
                  sampling: str = "auto", trace: bool = False, row_key: Callable | None = None,
-                 progress: bool = False) -> None:
+                 progress: bool = False, host=None, contention=None) -> None:
+        """host: sim.overheads.HostOverheads (None: kernels start back to back, no host);
+        contention: sim.contention.ContentionModel (None: overlapped communication is free)."""
         if sampling not in ("auto", "full", "rail"):
             raise SimError(f"sampling '{sampling}': use auto, full or rail")
         self.w = workload
@@ -176,6 +205,9 @@ class Engine:
         self._est_cache: dict = {}
         self.trace: list = []
         self.layers: dict = defaultdict(LayerStats)
+        self.host = host
+        self.contention = contention
+        self._fp_cache: dict = {}
 
     # ---------------- event queue ----------------
     def _push(self, t: float, fn, *args) -> None:
@@ -403,6 +435,8 @@ class Engine:
     def _finish(self, handle: Handle) -> None:
         handle.done = True
         handle.done_s = self._now
+        if handle.owner is not None and handle.owner.kernel is not None:
+            handle.owner.comm_changed()
         waiters, handle.waiters = handle.waiters, []
         for fn in waiters:
             fn()
@@ -439,6 +473,30 @@ class Engine:
 
         handle.waiters.insert(0, after)
         make_reqs(handle, self._now)
+        if st.kernel is not None and handle.fp is not None:
+            st.comm_changed()
+
+    # ---------------- contention ----------------
+    def footprint(self, stage: int, op, groups, duration_s: float | None = None):
+        """contention.Footprint of CommOp `op` of `stage` over `groups` (None without the model).
+
+        Its HBM rate uses the collective's idle-network time (backend.estimate of the first group;
+        `duration_s` when the caller has it), the same for event-driven and arithmetically timed ops."""
+        cm = self.contention
+        if cm is None:
+            return None
+        key = (stage, op.group, op.collective, int(op.size_bytes), op.blocking,
+               (op.wait_op or "").endswith("_wgrad"))
+        fp = self._fp_cache.get(key)
+        if fp is None:
+            g = tuple(groups[0]) if groups else ()
+            dom = self._domain
+            local = len(g) > 0 and all(dom(x) == dom(g[0]) for x in g[1:])
+            if duration_s is None and len(g) > 1 and op.size_bytes > 0:
+                duration_s = float(self.net.estimate(CollectiveRequest(op.collective, g, int(op.size_bytes))))
+            fp = cm.footprint(op, len(g), local, duration_s)
+            self._fp_cache[key] = fp
+        return fp
 
     # ---------------- stage execution ----------------
     def run(self) -> EngineResult:
@@ -535,6 +593,154 @@ class _StageRun:
         self.seg_cache: dict = {}
         self.durs: list = []
         self.rows = None
+        # host issue model (sim.overheads) and communication in flight (sim.contention)
+        self.host = 0.0            # time the host has issued up to
+        self.prepped = None        # (seg, idx) whose launch cost is already charged
+        self.pending_host_sync = False
+        self.sent = False          # this task sent pipeline data (a batched p2p follows)
+        self.live: list[Handle] = []   # handles with a footprint, issued by this stage, maybe in flight
+        self.kernel = None         # running kernel while event-driven communication is in flight
+        self.sent_handles: list[Handle] = []   # pipeline sends since the last device sync
+        self.kver = 0              # version of the running kernel's pending end/re-time event
+
+    # ---------------- contention: compute kernels beside communication in flight ----------------
+    def _track(self, h: Handle, fp) -> None:
+        if fp is None:
+            return
+        h.owner = self
+        h.fp = fp
+        self.live.append(h)
+
+    def _live_state(self, t: float):
+        """(footprints in flight at t, next known change after t, event-driven comm not yet done).
+        Drops handles finished by t (a stage's clock never goes back)."""
+        fps = []
+        nxt = math.inf
+        pending_event = False
+        if any(h.done and h.done_s <= t for h in self.live):
+            self.live = [h for h in self.live if not (h.done and h.done_s <= t)]
+        for h in self.live:
+            if h.fast:
+                if h.start_s <= t < h.done_s:
+                    fps.append(h.fp)
+                    nxt = min(nxt, h.done_s)
+                elif h.start_s > t:
+                    nxt = min(nxt, h.start_s)
+            elif not h.done:
+                pending_event = True
+                if h.start_s == h.start_s and h.start_s <= t:
+                    fps.append(h.fp)
+        return fps, nxt, pending_event
+
+    def _factor(self, op, fps) -> float:
+        if not fps:
+            return 1.0
+        cm = self.eng.contention
+        sh, hb = cm.shares(fps)
+        return cm.factor(op, sh, hb)
+
+    def _arith_end(self, op, t0: float, work: float) -> float:
+        """End of a kernel of `work` seconds started at t0 when only arithmetically timed
+        communication (known start and end) can be in flight: piecewise constant slowdown."""
+        t = t0
+        for _ in range(10_000):
+            fps, nxt, _ = self._live_state(t)
+            f = self._factor(op, fps)
+            if t + work * f <= nxt:
+                return t + work * f
+            work -= (nxt - t) / f
+            t = nxt
+        return t + work   # pragma: no cover - bounded by the number of live handles
+
+    def comm_changed(self) -> None:
+        """A communication of this stage started or finished while a kernel runs: re-time it."""
+        k = self.kernel
+        if k is None:
+            return
+        now = self.eng._now
+        k.work = max(0.0, k.work - (now - k.t_last) / k.f)
+        k.t_last = now
+        fps, nxt, _ = self._live_state(now)
+        k.f = self._factor(k.op, fps)
+        self.kver += 1            # stage-wide: an old kernel's pending event never matches a new one
+        k.ver = self.kver
+        end = now + k.work * k.f
+        if nxt < end:
+            self.eng._push(nxt, self._kernel_event, k.ver, False)
+        else:
+            self.eng._push(end, self._kernel_event, k.ver, True)
+
+    def _kernel_event(self, ver: int, final: bool) -> None:
+        k = self.kernel
+        if k is None or ver != k.ver:
+            return
+        if not final:
+            self.comm_changed()
+            return
+        self.kernel = None
+        self._kernel_done(k.op, k.dur, k.t_start, self.eng._now)
+        self.step()
+
+    def _kernel_done(self, op, dur: float, t0: float, t1: float) -> None:
+        eng = self.eng
+        if eng.tracing:
+            eng.trace.append((self.stage, "compute", op.name, t0, t1 - t0, op.phase))
+        if self.record:
+            row, col = self.rows[self.idx]
+            eng.layers[row].compute_s[col] += t1 - t0
+        self.clock = t1
+        self.stats.compute_s += t1 - t0
+        self.stats.slowdown_s += max(0.0, (t1 - t0) - dur)
+        self.idx += 1
+
+    # ---------------- host issue (sim.overheads) ----------------
+    def _launch(self, op) -> None:
+        """Charge op's host issue and launch gap once: it starts no earlier than the host issued it."""
+        hm = self.eng.host
+        key = (self.seg, self.idx)
+        if hm is None or self.prepped == key:
+            return
+        self.prepped = key
+        self.host += hm.host_per_kernel_s
+        t = max(self.clock, self.host) + (0.0 if op.is_comm else hm.kernel_gap_s)
+        if t > self.clock:
+            if self.eng.tracing and t - self.clock > hm.kernel_gap_s * 1.5:
+                self.eng.trace.append((self.stage, "compute", "host issue", self.clock, t - self.clock, "overhead"))
+            self.stats.overhead_s += t - self.clock
+            self.clock = t
+
+    def _device_sync(self) -> bool:
+        """torch.cuda.synchronize after a batched pipeline p2p: wait for every collective this rank
+        has in flight (exposed time per kind). Returns True when blocked."""
+        for h in list(self._outstanding()):
+            if h.fast:
+                self._fast_wait(h, h.op)
+                continue
+            if not h.done:
+                what = ("PP", h, None) if h.kind == "pp" else (report_group(h.kind), h, h.op)
+                if self._wait(h, what):
+                    return True
+        return False
+
+    def _outstanding(self):
+        seen = set()
+        for h in self.live:
+            if id(h) not in seen:
+                seen.add(id(h))
+                yield h
+        for hs in self.pending.values():
+            for h in hs:
+                if id(h) not in seen:
+                    seen.add(id(h))
+                    yield h
+        for h, _ in list(self.seg_outstanding) + list(self.deferred):
+            if id(h) not in seen:
+                seen.add(id(h))
+                yield h
+        for h in self.sent_handles:
+            if id(h) not in seen:
+                seen.add(id(h))
+                yield h
 
     # ops of one segment for this micro-batch (cached: the lists differ only for the first/last mb)
     def _segment_ops(self, seg):
@@ -647,6 +853,8 @@ class _StageRun:
         self.fast_free[op.group] = done
         eng.bypassed += 1
         h = Handle(kind=op.group, name=op.name, start_s=start, done_s=done, done=True, fast=True, op=op)
+        if eng.contention is not None:
+            self._track(h, eng.footprint(self.stage, op, groups, est))
         if self.record:
             row, col = rc if rc is not None else (eng.row_key(op), column_of(op))
             st = eng.layers[row]
@@ -702,6 +910,8 @@ class _StageRun:
                     for hh in rdv["handles"]:
                         hh.start_s = t
                         hh.rdv_s = t
+                        if hh.owner is not None and hh.owner.kernel is not None:
+                            hh.owner.comm_changed()
                     def fan_out(hs=tuple(rdv["handles"])) -> None:
                         for hh in hs:
                             eng._finish(hh)
@@ -718,6 +928,8 @@ class _StageRun:
             def make_reqs(h: Handle, t: float) -> None:
                 eng._submit_or_estimate(h, reqs, t, est_key)
 
+        if eng.contention is not None:
+            self._track(handle, eng.footprint(self.stage, op, eng._groups_for(op.group, self.stage)))
         if record:
             def account() -> None:
                 st = eng.layers[row]
@@ -755,6 +967,10 @@ class _StageRun:
             eng._push(now, eng._finish, handle)
             return
         pairs = eng._pp_pairs(self.stage, dst_stage)
+        self.sent = True
+        self.sent_handles.append(handle)
+        if eng.contention is not None:
+            self._track(handle, eng.footprint(self.stage, CommOp(handle.name, "send", "pp", size), pairs))
 
         est_key = ("pp", self.stage, dst_stage, size)
 
@@ -780,8 +996,12 @@ class _StageRun:
         """Run as far as possible from engine time; re-entered by events."""
         eng = self.eng
         now = eng._now
+        if self.kernel is not None:
+            return                      # a kernel runs beside communication; its end re-enters
         if self.clock < now:
             self.clock = now
+        hm = eng.host
+        cm = eng.contention
         while True:
             if self.finished:
                 return
@@ -796,8 +1016,17 @@ class _StageRun:
                             return
                         self.deferred.pop(0)
                 need = None if explicit else self._needs(seg)
+                sync = (hm is not None and hm.sync_on_pipeline_p2p and seg[0] in ("fwd", "bwd")
+                        and (self.sent or self._needs(seg) is not None))
                 if need is not None and self._wait(need, ("PP", need, None)):
                     return
+                if sync:
+                    # batched p2p + torch.cuda.synchronize: the host waits for the whole device
+                    if self._device_sync():
+                        return
+                    self.host = max(self.host, self.clock)
+                    self.sent_handles.clear()
+                self.sent = False
                 self.explicit_pp = explicit
                 self.idx = 0
                 self.seg_outstanding = []
@@ -805,6 +1034,9 @@ class _StageRun:
             ops = self.ops
             while self.idx < len(ops):
                 op = ops[self.idx]
+                if self.pending_host_sync:
+                    self.host = max(self.host, self.clock)     # the host read a result (.item())
+                    self.pending_host_sync = False
                 waits = self.pending.get(op.name)
                 if waits:
                     while waits:
@@ -819,8 +1051,24 @@ class _StageRun:
                                 return
                         waits.pop(0)
                     del self.pending[op.name]
+                if hm is not None:
+                    self._launch(op)
                 if not op.is_comm:
                     dur = self.durs[self.idx]
+                    if cm is not None and self.live:
+                        fps, nxt, pending_event = self._live_state(self.clock)
+                        if pending_event:
+                            # event-driven communication may start or end during the kernel: run it
+                            # at engine time and re-time it when the communication changes
+                            if self.clock > now:
+                                eng._push(self.clock, self.step)
+                                return
+                            self.kernel = _RunningKernel(op, dur, now, dur, now)
+                            self.comm_changed()
+                            return
+                        if fps or nxt < self.clock + dur:
+                            self._kernel_done(op, dur, self.clock, self._arith_end(op, self.clock, dur))
+                            continue
                     if eng.tracing:
                         eng.trace.append((self.stage, "compute", op.name, self.clock, dur, op.phase))
                     if self.record:
@@ -836,6 +1084,8 @@ class _StageRun:
                     self.idx += 1
                     if op.blocking:
                         self._fast_wait(h, op, rc)
+                        if hm is not None and op.name.startswith(hm.host_sync_ops):
+                            self.pending_host_sync = True
                     else:
                         self._hold(h, op, seg)
                     continue
@@ -848,6 +1098,8 @@ class _StageRun:
                     self.idx += 1
                     if op.collective == "recv":
                         need = self._needs(seg)
+                        if need is not None and hm is not None and hm.sync_on_pipeline_p2p:
+                            self.pending_host_sync = True     # the host waited for the receive
                         if need is not None and self._wait(need, ("PP", need, None)):
                             return
                     elif op.collective == "send" and self._sends_allowed(seg):
@@ -856,6 +1108,8 @@ class _StageRun:
                 h = self._issue(op, now)
                 self.idx += 1
                 if op.blocking:
+                    if hm is not None and op.name.startswith(hm.host_sync_ops):
+                        self.pending_host_sync = True
                     if self._wait(h, (report_group(op.group), h, op)):
                         return
                 else:

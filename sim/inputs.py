@@ -186,6 +186,17 @@ def _default_nvlink_from_spec(template: str, kw: dict) -> None:
         kw["nvlink_bandwidth_Bps"] = spec.nvlink_Bps
 
 
+def load_net_calibration(path):
+    """netsim.load_net_calibration(path) (a user network calibration), or None without a path."""
+    if not path:
+        return None
+    import netsim
+    loader = getattr(netsim, "load_net_calibration", None)
+    if loader is None:
+        raise SimError(f"--net-calibration {path}: this netsim has no load_net_calibration")
+    return loader(path)
+
+
 def default_gpu(topology, gpu: str | None) -> str:
     if gpu:
         return gpu

@@ -38,9 +38,14 @@ def format_summary(rep, title: str = "") -> str:
                  f"{m.get('num_microbatches')} micro-batches ({m.get('schedule')}) | network {m.get('network')}")
     lines.append(f"{'iteration time':<28s}{T:14.6f} s")
     rows = [("compute", rep.compute_s)] + [(f"exposed {k} comm", rep.exposed_comm_s.get(k, 0.0)) for k in KEYS]
+    rows.append(("launch/host overhead", getattr(rep, "overhead_s", 0.0)))
     rows.append(("pipeline bubble", rep.bubble_s))
     for name, v in rows:
         lines.append(f"  {name:<26s}{v:14.6f} s  {_pct(v, T):>8s}")
+        if name == "compute":
+            slow = getattr(rep, "overlap_slowdown_s", 0.0)
+            lines.append(f"    {'of which overlap slowdown':<24s}{slow:14.6f} s  {_pct(slow, T):>8s}"
+                         "   (kernels beside communication in flight)")
     if m.get("executed_flops", 0) > 0:
         lines.append(f"{'MFU':<28s}{100 * rep.mfu:13.2f} %   (model FLOPs / (GPUs x T x peak {m.get('dtype')}))")
         lines.append(f"{'TFLOP/s per GPU':<28s}{rep.tflops_per_gpu:14.1f}     (executed FLOPs incl. recompute)")
@@ -133,7 +138,7 @@ def chrome_trace(rep) -> dict:
 
 
 _COLORS = {"compute": "#4c72b0", "TP": "#dd8452", "CP": "#937860", "EP": "#8172b3", "DP": "#c44e52",
-           "PP": "#55a868", "bubble": "#bbbbbb"}
+           "PP": "#55a868", "overhead": "#da8bc3", "bubble": "#bbbbbb"}
 
 
 def plot_breakdown(rep, path: Path) -> None:
@@ -141,16 +146,17 @@ def plot_breakdown(rep, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     labels = ["mean"] + [f"stage {s['stage']}" for s in rep.stages] if len(rep.stages) > 1 else ["rank 0"]
-    series = [{"compute": rep.compute_s, **rep.exposed_comm_s, "bubble": rep.bubble_s}]
+    series = [{"compute": rep.compute_s, **rep.exposed_comm_s, "overhead": rep.overhead_s, "bubble": rep.bubble_s}]
     if len(rep.stages) > 1:
-        series += [{"compute": s["compute_s"], **s["exposed_comm_s"], "bubble": s["bubble_s"]} for s in rep.stages]
+        series += [{"compute": s["compute_s"], **s["exposed_comm_s"], "overhead": s.get("overhead_s", 0.0),
+                    "bubble": s["bubble_s"]} for s in rep.stages]
     fig, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(labels)))
     left = [0.0] * len(labels)
-    for key in ("compute",) + KEYS + ("bubble",):
+    for key in ("compute",) + KEYS + ("overhead", "bubble"):
         vals = [d.get(key, 0.0) for d in series]
         if not any(v > 0 for v in vals):
             continue
-        name = key if key in ("compute", "bubble") else f"exposed {key}"
+        name = key if key in ("compute", "bubble", "overhead") else f"exposed {key}"
         ax.barh(labels, vals, left=left, color=_COLORS[key], label=name)
         left = [a + b for a, b in zip(left, vals)]
     ax.invert_yaxis()
@@ -171,8 +177,8 @@ def plot_timeline(rep, path: Path) -> None:
     n = len(rep.rep_ranks)
     bars: dict[tuple[int, str], list] = {}
     for stage, thread, _name, start, dur, cat in rep.trace:
-        if dur <= 0 or cat == "wait":
-            continue          # idle time is the background
+        if dur <= 0 or cat in ("wait", "overhead"):
+            continue          # idle time (waits, launch/host overhead) is the background
         if thread == "compute":
             key = "wait" if cat == "wait" else ("bwd" if cat in ("bwd", "recompute") else
                                                  "fwd" if cat == "fwd" else "other")

@@ -1,8 +1,10 @@
 """sim.simulate: one training iteration of a Workload on a Topology -> StepReport.
 
 Formulas reported (all per iteration, T = iteration time):
-- compute_s, exposed_comm_s[TP|CP|EP|DP|PP], bubble_s: means over pipeline stages of each stage
-  representative's time split (they sum to T; per-stage values in StepReport.stages).
+- compute_s, exposed_comm_s[TP|CP|EP|DP|PP], overhead_s, bubble_s: means over pipeline stages of each
+  stage representative's time split (they sum to T; per-stage values in StepReport.stages).
+  compute_s is kernel time including overlap_slowdown_s, the part added by communication in flight
+  (sim.contention); overhead_s is compute-stream time waiting for launches and the host (sim.overheads).
 - tflops_per_gpu = executed FLOPs of all ranks (recompute included) / (world_size * T) / 1e12.
 - mfu = model FLOPs of all ranks (recompute excluded) / (world_size * T * peak dense FLOP/s of the
   plan's dtype on `gpu`).
@@ -42,6 +44,8 @@ class StepReport:
     tflops_per_gpu: float
     tokens_per_s_per_gpu: float
     compute_sources: dict
+    overhead_s: float = 0.0            # launch gaps + host issue/synchronisation (sim.overheads)
+    overlap_slowdown_s: float = 0.0    # of compute_s: kernels slowed by communication in flight
     stages: list = field(default_factory=list)        # per stage: dict of the same split
     exposed_by_group_kind_s: dict = field(default_factory=dict)   # raw group kind -> mean exposed s
     meta: dict = field(default_factory=dict)
@@ -50,12 +54,18 @@ class StepReport:
     rep_ranks: list = field(default_factory=list, repr=False)
     rep_gpus: list = field(default_factory=list, repr=False)
     memory: dict | None = None      # sim.memory_fit.memory_fit: peak bytes per GPU, capacity, fits
+    kernel_time_by_family: dict = field(default_factory=dict)   # family -> provenance -> nominal kernel s
 
     FORMULAS = {
         "mfu": "model FLOPs (no recompute) of all ranks / (world_size * iteration_time_s * peak dense FLOP/s of plan dtype)",
         "tflops_per_gpu": "executed FLOPs (recompute included) of all ranks / (world_size * iteration_time_s) / 1e12",
         "tokens_per_s_per_gpu": "global_batch_size * seq_length / (iteration_time_s * world_size)",
-        "time_split": "mean over pipeline stages of each stage representative's compute / exposed comm / bubble; sums to iteration_time_s",
+        "time_split": "mean over pipeline stages of each stage representative's compute / exposed comm / overhead / "
+                      "bubble; sums to iteration_time_s",
+        "overhead": "compute stream idle for kernel launch gaps and host issue after host synchronisations "
+                    "(sim.overheads)",
+        "overlap_slowdown": "kernel time added by communication in flight on the same GPU: SM share of its "
+                            "kernels and its HBM traffic (sim.contention); included in compute_s",
         "memory_fits": "peak reserved bytes per GPU (stage with the largest) + CUDA context <= GPU HBM bytes",
     }
 
@@ -69,11 +79,14 @@ class StepReport:
             "compute_s": self.compute_s,
             "exposed_comm_s": dict(self.exposed_comm_s),
             "exposed_comm_total_s": self.exposed_total_s,
+            "overhead_s": self.overhead_s,
+            "overlap_slowdown_s": self.overlap_slowdown_s,
             "bubble_s": self.bubble_s,
             "mfu": _finite_or_none(self.mfu),
             "tflops_per_gpu": _finite_or_none(self.tflops_per_gpu),
             "tokens_per_s_per_gpu": _finite_or_none(self.tokens_per_s_per_gpu),
             "compute_sources": dict(self.compute_sources),
+            "kernel_time_by_family_s": {k: dict(v) for k, v in self.kernel_time_by_family.items()},
             "exposed_by_group_kind_s": dict(self.exposed_by_group_kind_s),
             "memory": dict(self.memory) if self.memory is not None else None,
             "stages": list(self.stages),
@@ -128,9 +141,28 @@ def compute_op_times(workload, gpu: str, db=None) -> tuple[dict, dict]:
     return times, sources
 
 
+def _db_name(db) -> str:
+    from compute_db.db import SHIPPED_DB
+    path = getattr(db, "path", None)
+    return "shipped" if path is None or str(path) == str(SHIPPED_DB) else str(path)
+
+
+def _calibration_source(cal) -> str | None:
+    """A printable name of a user network calibration (None when netsim's own constants are used)."""
+    if cal is None:
+        return None
+    for attr in ("source", "path", "name"):
+        v = getattr(cal, attr, None)
+        if v:
+            return str(v)
+    return type(cal).__name__
+
+
 def _flops(workload, times: dict, sources: dict, ranks_per_stage: int):
+    from compute_db.keys import FAMILY
     executed = model = 0.0
     by_source: dict[str, float] = {}
+    by_family: dict[str, dict[str, float]] = {}
     for _, op, n in _iter_counts(workload):
         if op.is_comm:
             continue
@@ -138,36 +170,54 @@ def _flops(workload, times: dict, sources: dict, ranks_per_stage: int):
         if op.phase != "recompute":
             model += op.flops * n
         src = sources[id(op)]
-        by_source[src] = by_source.get(src, 0.0) + times[id(op)] * n
-    return executed * ranks_per_stage, model * ranks_per_stage, by_source
+        t = times[id(op)] * n
+        by_source[src] = by_source.get(src, 0.0) + t
+        fam = by_family.setdefault(FAMILY.get(op.kind, op.kind), {})
+        fam[src] = fam.get(src, 0.0) + t
+    return executed * ranks_per_stage, model * ranks_per_stage, by_source, by_family
 
 
 def simulate(workload, topology, *, gpu: str, network="flow", db=None, placement=None,
              progress: bool = False, sampling: str = "auto", trace: bool = False,
-             row_key=None, network_options: dict | None = None) -> StepReport:
+             row_key=None, network_options: dict | None = None, net_calibration=None,
+             overheads=True, contention=True) -> StepReport:
     """Simulate one training iteration.
 
     network: "flow" | "analytical" (netsim.make_backend) or a NetworkBackend object.
+    db: a compute_db.ComputeDB (compute_db.open_db(path, gpu_file)); None: the shipped DB.
+    net_calibration: a netsim network calibration (netsim.load_net_calibration) for a named backend.
     placement: None (contiguous), a Placement, a rank->GPU list or a mapping file path.
     sampling: "auto" (exploit NVLink-domain symmetry, see sim.engine) | "full".
+    overheads: True (sim.overheads.for_plan), False, or a HostOverheads.
+    contention: True (sim.contention.ContentionModel of the GPU), False, or a ContentionModel.
     """
     t_wall = time.perf_counter()
     plan = workload.plan
     pl = placement if isinstance(placement, Placement) else place(plan, topology, placement)
-    from compute_db.gpus import get_gpu
-    spec = get_gpu(gpu)
+    if db is None:
+        from compute_db import open_db
+        db = open_db()
+    spec = db.gpu(gpu)
     times, sources = compute_op_times(workload, spec.name, db)
     from sim.memory_fit import memory_fit
     memory = memory_fit(workload, spec)
     if isinstance(network, str):
         import netsim
-        backend = netsim.make_backend(network, topology, **(network_options or {}))
+        opts = dict(network_options or {})
+        if net_calibration is not None:
+            opts["net_calibration"] = net_calibration
+        backend = netsim.make_backend(network, topology, **opts)
         net_name = network
     else:
         backend = network
         net_name = type(network).__name__
+    from sim.contention import ContentionModel
+    from sim.overheads import HostOverheads, for_plan
+    host = (for_plan(plan) if overheads is True else overheads if isinstance(overheads, HostOverheads) else None)
+    cm = (ContentionModel(spec, bool(getattr(plan, "tp_comm_overlap", False))) if contention is True
+          else contention if isinstance(contention, ContentionModel) else None)
     eng = Engine(workload, pl, topology, backend, lambda op: times[id(op)], sampling=sampling,
-                 trace=trace, row_key=row_key, progress=progress)
+                 trace=trace, row_key=row_key, progress=progress, host=host, contention=cm)
     res = eng.run()
     T = res.iteration_time_s
     world = int(plan.world_size)
@@ -179,12 +229,15 @@ def simulate(workload, topology, *, gpu: str, network="flow", db=None, placement
         for k, v in s.exposed_kind_s.items():
             by_kind[k] = by_kind.get(k, 0.0) + v / n_st
     bubble = sum(s.bubble_s for s in res.stages) / n_st
-    executed, model_flops, by_source = _flops(workload, times, sources, world // int(plan.pp))
+    overhead = sum(s.overhead_s for s in res.stages) / n_st
+    slowdown = sum(s.slowdown_s for s in res.stages) / n_st
+    executed, model_flops, by_source, by_family = _flops(workload, times, sources, world // int(plan.pp))
     total_kernel = sum(by_source.values()) or 1.0
     peak = spec.peak_flops.get(plan.dtype) or spec.peak_flops.get("bf16", 0.0)
     tokens = int(plan.global_batch_size) * int(plan.seq_length)
     stages = [{"stage": i, "rank": res.rep_ranks[i], "gpu": pl.gpu_of(res.rep_ranks[i]),
-               "compute_s": s.compute_s, "exposed_comm_s": dict(s.exposed_s), "bubble_s": s.bubble_s,
+               "compute_s": s.compute_s, "exposed_comm_s": dict(s.exposed_s), "overhead_s": s.overhead_s,
+               "overlap_slowdown_s": s.slowdown_s, "bubble_s": s.bubble_s,
                "busy_until_s": s.end_s} for i, s in enumerate(res.stages)]
     meta = {
         "gpu": spec.name, "network": net_name, "world_size": world, "topology_gpus": int(topology.num_gpus),
@@ -196,6 +249,11 @@ def simulate(workload, topology, *, gpu: str, network="flow", db=None, placement
         "isolated_kinds": list(res.isolated), "peak_flops": peak,
         "executed_flops": executed, "model_flops": model_flops,
         "tokens_known": workload.meta.get("imported_from") != "simai",
+        "overheads_model": host.describe() if host is not None else "off",
+        "contention_model": cm.describe() if cm is not None else "off",
+        "contention_sm_term": bool(cm is not None and cm.has_sm_term),
+        "net_calibration": _calibration_source(net_calibration),
+        "compute_db": _db_name(db),
         "wall_time_s": time.perf_counter() - t_wall,
     }
     return StepReport(
@@ -205,5 +263,5 @@ def simulate(workload, topology, *, gpu: str, network="flow", db=None, placement
         tflops_per_gpu=executed / (world * T) / 1e12 if T > 0 and executed > 0 else math.nan,
         tokens_per_s_per_gpu=tokens / (T * world) if T > 0 and meta["tokens_known"] else math.nan,
         compute_sources={k: v / total_kernel for k, v in sorted(by_source.items())},
-        stages=stages, exposed_by_group_kind_s=by_kind, meta=meta, layers=res.layers, trace=res.trace,
+        overhead_s=overhead, overlap_slowdown_s=slowdown, kernel_time_by_family=by_family, stages=stages, exposed_by_group_kind_s=by_kind, meta=meta, layers=res.layers, trace=res.trace,
         rep_ranks=res.rep_ranks, rep_gpus=[pl.gpu_of(r) for r in res.rep_ranks], memory=memory)

@@ -143,7 +143,7 @@ def summarize(t: Topology, router=None) -> dict:
         "oversubscription": over,
         "injection_Bps": injection, "injection_per_gpu_Bps": injection / t.num_gpus if t.num_gpus else 0.0,
         "full_bisection_Bps": injection / 2, "bisection_Bps": bisection,
-        "max_hops": max_hops, "rails": len(rails), "rail_optimized": _rail_optimized(t) if injection else False,
+        "max_hops": max_hops, "rails": len(rails), "rail_optimized": is_rail_optimized(t) if injection else False,
     }
 
 
@@ -195,7 +195,9 @@ def _max_hops(t: Topology, r) -> int:
     return max(best, far)
 
 
-def _rail_optimized(t: Topology) -> bool:
+def is_rail_optimized(t: Topology) -> bool:
+    """Every switch that serves GPUs of several servers serves one rail (NIC index) only: NCCL's rings and
+    trees between servers can stay on a rail, with no spine crossing for same-rail traffic."""
     by_tor: dict[int, set[int]] = {}
     for g in range(t.num_gpus):
         for tor in t.tors_of(g):

@@ -9,6 +9,12 @@
   always takes the same path and different flow keys spread over the equal-cost paths.
 - Optional PXN (NCCL's PCIe x NVLink): when the destination sits on another rail, first move over
   NVLink to the source-domain GPU on the destination's rail, then cross the network on that rail.
+- Optional rail-aligned routing (`rail_aligned=True`, NCCL-like for collectives): traffic between two
+  GPUs of the same rail (NIC index) picks its equal-cost next hops by the destination NIC endpoint
+  (D-mod-k: the i-th multi-way choice takes index (e // product of the earlier fan-outs) mod fan-out,
+  e = server x rails + rail) instead of a hash, so a rail's traffic stays in its plane (a k-ary fat
+  tree's edge switch sends rail r up to aggregation switch r) and the flows of a ring or tree, whose
+  destinations differ, never share an up-link. Traffic between rails keeps the per-flow hash (ECMP).
 
 Memory/speed: nothing is computed for all pairs. Distances towards a destination switch are one
 vectorised BFS over the switch graph (cached per destination ToR); next-hop candidate sets are
@@ -38,12 +44,14 @@ def _mix(a: int, b: int, c: int, d: int) -> int:
 
 
 class Router:
-    """`Router(topology, pxn=False).path(src_gpu, dst_gpu, flow_key=0) -> tuple of link ids`."""
+    """`Router(topology, pxn=False, rail_aligned=False).path(src_gpu, dst_gpu, flow_key=0) -> link ids`."""
 
-    def __init__(self, topology: Topology, pxn: bool = False) -> None:
+    def __init__(self, topology: Topology, pxn: bool = False, rail_aligned: bool = False) -> None:
         t = topology
         self.topology = t
         self.pxn = pxn
+        self.rail_aligned = rail_aligned
+        self._rails_per_server = 0
         n = len(t.nodes)
         self._is_net = np.array([is_network_switch(x) for x in t.nodes], dtype=bool)
         self._is_hostsw = [x.kind == "nvswitch" or x.tier == "pcie" for x in t.nodes]
@@ -290,6 +298,7 @@ class Router:
                              f"{'source' if not sp else 'destination'} has no network link")
         idx = self._idx
         h = _mix(origin, b, key, 7)
+        endpoint = self._rail_endpoint(a, b) if self.rail_aligned else -1
         if len(sp) == 1 and len(dp) == 1:
             pre, s_sw = sp[0]
             suf, d_sw = dp[0]
@@ -317,10 +326,14 @@ class Router:
         out = list(pre)
         x, y = idx[s_sw], idx[d_sw]
         _, ptr, nlid, ndst = route
+        div = 1
         while x != y:
             lo = ptr[x]
             n = ptr[x + 1] - lo
-            if n > 1:
+            if n > 1 and endpoint >= 0:
+                lo += (endpoint // div) % n       # D-mod-k on the destination NIC endpoint
+                div *= n
+            elif n > 1:
                 # per-switch hash of the flow (as a switch hashes the 5-tuple), cheap mixing
                 hh = ((h ^ (x * 0x9E3779B97F4A7C15)) * 0xBF58476D1CE4E5B9) & _M64
                 lo += (hh >> 29) % n
@@ -328,6 +341,16 @@ class Router:
             x = ndst[lo]
         out.extend(suf)
         return tuple(out)
+
+    def _rail_endpoint(self, a: int, b: int) -> int:
+        """Destination NIC endpoint index (server x rails + rail) when a and b share a rail, else -1."""
+        t = self.topology
+        rail = t.rail_of(b)
+        if t.rail_of(a) != rail:
+            return -1
+        if not self._rails_per_server:
+            self._rails_per_server = 1 + max(t.rail_of(g) for g in t.gpus_of_server(0))
+        return t.server_of(b) * self._rails_per_server + rail
 
     # ---- PXN ----------------------------------------------------------------------------------
     def _net_cost(self, a: int, b: int) -> int:

@@ -82,6 +82,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--reduce-bucket-size", "--reduce_bucket_size", type=int)
     q.add_argument("--allgather-bucket-size", "--allgather_bucket_size", type=int)
     q.add_argument("--grad-bucket-size", "--ddp-bucket-size", type=int)
+    q.add_argument("--grad-reduce-dtype", choices=["auto", "fp32", "bf16", "fp16"],
+                   help="gradient buffer / DP reduction dtype (auto: Megatron-LM: fp32 for bf16, fp16 for fp16)")
+    q.add_argument("--accumulate-allreduce-grads-in-fp32", dest="grads_fp32", action="store_true",
+                   help="(Megatron-LM) = --grad-reduce-dtype fp32")
+    q.add_argument("--overlap-grad-reduce", action=argparse.BooleanOptionalAction, default=None,
+                   help="reduce gradient buckets during the backward pass (default on)")
+    q.add_argument("--overlap-param-gather", action=argparse.BooleanOptionalAction, default=None,
+                   help="distributed optimizer: gather parameters during the forward pass (default on)")
+    q.add_argument("--no-dp-overlap", action="store_true", help="both of the above off (Megatron-LM 2021)")
+    q.add_argument("--overlap-p2p-comm", "--overlap-p2p-communication", action=argparse.BooleanOptionalAction,
+                   default=None, help="interleaved schedule: overlap pipeline p2p (no batched-p2p device sync)")
     q.add_argument("--moe-grouped-gemm", "--moe_grouped_gemm", dest="grouped", action="store_true", default=None)
     q.add_argument("--no-moe-grouped-gemm", dest="grouped", action="store_false")
     q.add_argument("--rank-order", type=str)
@@ -186,7 +197,17 @@ def _plan(args, model):
         "reduce_bucket_elements": args.reduce_bucket_size, "allgather_bucket_elements": args.allgather_bucket_size,
         "grad_bucket_elements": args.grad_bucket_size, "moe_grouped_gemm": args.grouped,
         "rank_order": args.rank_order, "world_size": args.world_size,
+        "grad_reduce_dtype": args.grad_reduce_dtype or ("fp32" if args.grads_fp32 else None),
+        "overlap_grad_reduce": args.overlap_grad_reduce, "overlap_param_gather": args.overlap_param_gather,
+        "overlap_p2p_comm": args.overlap_p2p_comm,
     }
+    if args.grads_fp32 and args.grad_reduce_dtype not in (None, "fp32"):
+        raise WorkloadError("--accumulate-allreduce-grads-in-fp32 contradicts --grad-reduce-dtype "
+                            f"{args.grad_reduce_dtype}")
+    if args.no_dp_overlap:
+        if args.overlap_grad_reduce or args.overlap_param_gather:
+            raise WorkloadError("--no-dp-overlap contradicts --overlap-grad-reduce / --overlap-param-gather")
+        flags["overlap_grad_reduce"] = flags["overlap_param_gather"] = False
     cfg = dict(base)
     cfg.update({k: v for k, v in flags.items() if v is not None})
     cfg.setdefault("seq_length", model.seq_length)
@@ -230,6 +251,7 @@ def per_iteration(w):
 
 
 def summary(w) -> str:
+    from workload_gen.dp_comm import grad_reduce_dtype
     from workload_gen.params import count_params, stage_params
     m, p = w.model, w.plan
     pc = count_params(m)
@@ -239,7 +261,9 @@ def summary(w) -> str:
              + (f", ep {p.ep} etp {p.expert_tp} edp {p.edp}" if m.is_moe else "")
              + f", vpp {p.vpp}, sp {p.sequence_parallel}, mbs {p.micro_batch_size}, gbs {p.global_batch_size},"
                f" seq {p.seq_length}, {p.dtype}, recompute {p.recompute}"
-             + (f", zero {p.zero_stage}" if p.framework == "deepspeed" else f", dist-opt {p.distributed_optimizer}"),
+             + (f", zero {p.zero_stage}" if p.framework == "deepspeed" else f", dist-opt {p.distributed_optimizer}")
+             + f", grads {grad_reduce_dtype(p)}"
+             + ("" if p.framework == "deepspeed" or p.overlap_grad_reduce else ", no DP overlap"),
              f"schedule {w.schedule}, {w.num_microbatches} micro-batches per iteration",
              f"parameters: total {pc.total / 1e9:.3f} B" + (f", active {pc.active / 1e9:.3f} B" if m.is_moe else "")]
     for s in range(p.pp):

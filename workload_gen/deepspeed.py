@@ -1,7 +1,8 @@
 """DeepSpeed (Megatron-DeepSpeed) differences from Megatron's DDP: ZeRO stages 0-3.
 
 Modelled:
-- Gradients are reduced in the 16-bit training dtype (DeepSpeed's default communication dtype).
+- Gradients are reduced in the 16-bit training dtype (DeepSpeed's default communication dtype;
+  plan.grad_reduce_dtype "fp32" is its communication_data_type fp32).
 - ZeRO-0: bucketed all-reduce (`reduce_bucket_elements`) in the last micro-batch's backward.
 - ZeRO-1: bucketed reduce-scatter at the gradient-accumulation boundary (last micro-batch); after
   the optimizer step the updated 16-bit parameters are all-gathered in `allgather_bucket_elements`
@@ -16,13 +17,13 @@ Ignored: DeepSpeed's prefetch/persistence thresholds, contiguous-gradient copies
 
 from __future__ import annotations
 
-from workload_gen.dp_comm import dense_group, grad_buckets
+from workload_gen.dp_comm import dense_group, grad_buckets, grad_reduce_bytes
 from workload_gen.layers import DTYPE_BYTES, Ctx, comm
 from workload_gen.workload import Op
 
 
 def grad_bytes(c: Ctx) -> int:
-    return DTYPE_BYTES[c.act]
+    return grad_reduce_bytes(c.plan)
 
 
 def ds_grad_buckets(c: Ctx, bwd: list[tuple[Op, int, int]]) -> list[Op]:

@@ -1,8 +1,12 @@
-"""Data-parallel gradient and parameter communication of Megatron's DDP / distributed optimizer.
+"""Data-parallel gradient and parameter communication of Megatron's DDP / distributed optimizer,
+and the optimizer-side kernels of one iteration.
 
-Modelled (Megatron-core `DistributedDataParallel` with overlap_grad_reduce / overlap_param_gather):
-- Gradients live in fp32 main-grad buffers (Megatron forces fp32 accumulation for bf16 and its
-  gradient-accumulation fusion keeps fp32 for fp16 too): 4 bytes per element.
+Modelled (Megatron-core `DistributedDataParallel`, `DistributedOptimizer`, `clip_grads`):
+- Gradient dtype (`grad_reduce_dtype`): the main-grad buffer and its DP reduction are fp32 or the
+  16-bit parameter dtype. "auto" is Megatron-LM's rule: bf16 (and fp8, whose parameters are bf16)
+  forces fp32 accumulation and reduction (arguments.py: "accumulate and all-reduce gradients in fp32
+  for bfloat16 data type"); fp16 keeps fp16 gradients unless --accumulate-allreduce-grads-in-fp32
+  (grad_reduce_dtype fp32). DeepSpeed's "auto" is its communication dtype, the 16-bit training dtype.
 - Parameters are assigned to buckets in reverse forward order (the order backward produces their
   gradients); a bucket closes once it holds >= `megatron_bucket_elements(plan)` elements (a parameter
   is never split). That is `plan.grad_bucket_elements` when set, else Megatron's own default
@@ -12,17 +16,27 @@ Modelled (Megatron-core `DistributedDataParallel` with overlap_grad_reduce / ove
   40,000,000 means "unset" (an explicit 40M still grows with dp > 40).
   Dense and expert parameters have separate buffers: dense buckets reduce over the data x
   context-parallel group ("dp", or "dp_cp" when cp > 1), expert buckets over "edp".
-- Each bucket's reduction starts, non-blocking, right after the backward kernel that produced its last
-  gradient, only in the last micro-batch (earlier micro-batches accumulate locally). Distributed
-  optimizer: reduce-scatter (nccl-tests size = the whole bucket); otherwise all-reduce.
-- Distributed optimizer parameter all-gather (bf16 params, 2 bytes) per bucket in the forward pass of
-  the first micro-batch, waited on by the first kernel that uses one of the bucket's parameters.
-  Dispatch follows megatron-core's overlap_param_gather chain (one bucket ahead): the first bucket of
-  each buffer (dense, expert) is dispatched when the iteration starts, bucket i+1 when the forward pass
-  reaches the first user of bucket i — so the gather of the next layer overlaps this layer's forward.
-  (megatron-core without --align-param-gather dispatches the very first bucket at its first use; we
-  dispatch it at the start, as the aligned / overlap-with-optimizer-step variants do.)
-Ignored: bucket padding to multiples of the DP size.
+- overlap_grad_reduce (default): each bucket's reduction starts, non-blocking, right after the
+  backward kernel that produced its last gradient, only in the last micro-batch (earlier micro-batches
+  accumulate locally). Without it megatron-core sets the bucket size to infinity: one blocking
+  reduction per buffer (dense, expert) and model chunk in finalize_model_grads, before the optimizer.
+  Distributed optimizer: reduce-scatter (nccl-tests size = the whole bucket); otherwise all-reduce.
+- Distributed optimizer parameter all-gather (bf16 params, 2 bytes) per bucket. With
+  overlap_param_gather (default) in the forward pass of the first micro-batch, waited on by the first
+  kernel that uses one of the bucket's parameters, dispatched along megatron-core's chain (one bucket
+  ahead): the first bucket of each buffer (dense, expert) when the iteration starts, bucket i+1 when
+  the forward pass reaches the first user of bucket i — so the gather of the next layer overlaps this
+  layer's forward. (megatron-core without --align-param-gather dispatches the very first bucket at its
+  first use; we dispatch it at the start, as the aligned / overlap-with-optimizer-step variants do.)
+  Without it: blocking gathers of every bucket right after the optimizer step.
+- Optimizer-side kernels at their real size (memory-bound, timed by compute_db as copies of the same
+  HBM traffic): zeroing the main-grad buffer at the start of the iteration (zero_grad_buffer); with
+  16-bit gradients, the copy into fp32 main grads (.float(): read 2 B, write 4 B per parameter); fp16:
+  the unscale + inf check (torch._amp_foreach_non_finite_check_and_unscale_: read + write 4 B); the
+  gradient-norm multi_tensor_l2norm (read 4 B); Adam (read 16 B, write 12 B + the 16-bit copy 2 B).
+  The host waits for the found-inf and gradient-norm all-reduces (`.item()`), see sim.overheads.
+Ignored: bucket padding to multiples of the DP size; gradient clipping's multi_tensor_scale (it runs
+only when the norm exceeds the threshold, a data-dependent event).
 """
 
 from __future__ import annotations
@@ -31,8 +45,11 @@ from workload_gen.layers import Ctx, comm
 from workload_gen.plan import ParallelPlan
 from workload_gen.workload import CommOp, ComputeOp, Op
 
-GRAD_BYTES = 4
+GRAD_BYTES = 4          # fp32 main gradients (Megatron's default for bf16)
 PARAM_BYTES = 2
+# blocking comm ops whose result the host reads with .item() (a host-device synchronisation)
+HOST_SYNC_OPS = ("found_inf_ar", "grad_norm_ar")
+_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 _PLAN_DEFAULT_BUCKET = ParallelPlan.__dataclass_fields__["grad_bucket_elements"].default   # 40,000,000
 
 
@@ -44,19 +61,38 @@ def megatron_bucket_elements(plan: ParallelPlan) -> int:
     return plan.grad_bucket_elements
 
 
+def grad_reduce_dtype(plan: ParallelPlan) -> str:
+    """dtype of the gradient buffer and of its DP reduction (module docstring: the "auto" rule)."""
+    g = plan.grad_reduce_dtype
+    if g != "auto":
+        return g
+    if plan.framework == "deepspeed" or plan.dtype == "fp16":
+        return "fp16" if plan.dtype == "fp16" else "bf16"
+    return "fp32"
+
+
+def grad_reduce_bytes(plan: ParallelPlan) -> int:
+    return _DTYPE_BYTES[grad_reduce_dtype(plan)]
+
+
 def dense_group(c: Ctx) -> tuple[str, int]:
     return ("dp_cp" if c.cp > 1 else "dp"), c.plan.dp * c.cp
 
 
 def grad_buckets(c: Ctx, bwd: list[tuple[Op, int, int]], *, collective: str | None = None,
-                 bucket_elems: int | None = None, grad_bytes: int = GRAD_BYTES,
-                 microbatch: str = "last", prefix: str = "dp_grad") -> tuple[list[Op], list[list[int]]]:
+                 bucket_elems: int | None = None, grad_bytes: int | None = None,
+                 microbatch: str = "last", prefix: str = "dp_grad",
+                 emit: bool = True) -> tuple[list[Op], list[list[int]]]:
     """Insert bucketed gradient reductions into a backward op list.
 
     `bwd` holds (op, dense_params_ready, expert_params_ready). Returns the op list and, per bucket
     kind, the bucket sizes in elements ([dense, expert]) in the order they were issued.
+    emit=False: only the bucket sizes (the backward list is returned without reductions).
     """
     p = c.plan
+    if grad_bytes is None:
+        grad_bytes = grad_reduce_bytes(p)
+    gdtype = "fp32" if grad_bytes == 4 else c.act
     if collective is None:
         collective = "reduce_scatter" if p.distributed_optimizer else "all_reduce"
     limit = bucket_elems or megatron_bucket_elements(p)
@@ -68,9 +104,9 @@ def grad_buckets(c: Ctx, bwd: list[tuple[Op, int, int]], *, collective: str | No
 
     def flush(kind: int, layer: int = -1) -> None:
         group, gsize, name = groups[kind]
-        if acc[kind] and gsize > 1:
+        if acc[kind] and gsize > 1 and emit:
             out.append(comm(f"{name}{len(sizes[kind])}", collective, group, acc[kind] * grad_bytes, layer, "bwd",
-                            blocking=False, microbatch=microbatch, dtype="fp32" if grad_bytes == 4 else c.act))
+                            blocking=False, microbatch=microbatch, dtype=gdtype))
         if acc[kind]:
             sizes[kind].append(acc[kind])
         acc[kind] = 0
@@ -144,28 +180,86 @@ def param_gathers(c: Ctx, fwd: list[Op], bwd: list[tuple[Op, int, int]], bucket_
 
 
 def _fwd_name(name: str) -> str:
-    for suf in ("_wgrad", "_bwd"):
+    for suf in ("_wgrad", "_bwd", "_main_grad_add"):
         if name.endswith(suf):
             return name[: -len(suf)]
     return name
 
 
+def end_grad_reductions(c: Ctx, buckets: list[list[list[int]]]) -> list[Op]:
+    """Without overlap_grad_reduce: blocking reductions in finalize_model_grads, one per bucket of each
+    model chunk (`buckets[chunk] = [dense sizes, expert sizes]`, elements; megatron-core makes the
+    bucket infinite then, so one per buffer)."""
+    p = c.plan
+    collective = "reduce_scatter" if p.distributed_optimizer else "all_reduce"
+    nbytes = grad_reduce_bytes(p)
+    dgroup, dsize = dense_group(c)
+    out: list[Op] = []
+    for ci, (dense, expert) in enumerate(buckets):
+        for sizes, group, gsize, name in ((dense, dgroup, dsize, "dp_grad_bucket"),
+                                          (expert, "edp", p.edp, "dp_grad_expert_bucket")):
+            if gsize <= 1:
+                continue
+            for i, n in enumerate(sizes):
+                out.append(comm(f"{name}{i}_c{ci}", collective, group, n * nbytes, -1, "iteration_end",
+                                dtype="fp32" if nbytes == 4 else c.act))
+    return out
+
+
+def end_param_gathers(c: Ctx, buckets: list[list[list[int]]]) -> list[Op]:
+    """Distributed optimizer without overlap_param_gather: blocking all-gathers of the updated 16-bit
+    parameters of every bucket right after the step (megatron-core start_param_sync, synchronous)."""
+    p = c.plan
+    dgroup, dsize = dense_group(c)
+    out: list[Op] = []
+    for ci, (dense, expert) in enumerate(buckets):
+        for sizes, group, gsize, name in ((dense, dgroup, dsize, "dp_param_gather"),
+                                          (expert, "edp", p.edp, "dp_param_expert_gather")):
+            if gsize <= 1:
+                continue
+            for i, n in enumerate(sizes):
+                out.append(comm(f"{name}{i}_c{ci}", "all_gather", group, n * PARAM_BYTES, -1, "iteration_end"))
+    return out
+
+
+def _traffic_op(name: str, hbm_bytes: float, phase: str) -> ComputeOp:
+    """A memory-bound kernel moving `hbm_bytes` through HBM, keyed as a device copy of half of it
+    (compute_db times a copy of B bytes as 2B of HBM traffic)."""
+    half = max(1, int(hbm_bytes // 2))
+    return ComputeOp(name=name, kind="memcpy", shape=(("bytes", half),), dtype="fp32", flops=0.0,
+                     bytes=float(2 * half), variant="fwd", layer=-1, phase=phase)
+
+
+def iteration_start_ops(c: Ctx, local_params: int) -> list[Op]:
+    """zero_grad_buffer: the rank's whole main-grad buffer (every local parameter) is zeroed."""
+    if local_params <= 0:
+        return []
+    return [_traffic_op("zero_grad_buffer", grad_reduce_bytes(c.plan) * local_params, "iteration_start")]
+
+
 def optimizer_ops(c: Ctx, dense_params: int, expert_params: int, tp_replicated: int, embedding_grad: int,
                   *, shard_dense: int, shard_expert: int, norm_groups: tuple[str, ...] = ("mp",)) -> list[Op]:
-    """Once-per-iteration tail: SP/duplicated-param TP all-reduce, tied-embedding all-reduce,
-    gradient-norm all-reduce(s), Adam step over this rank's shard."""
+    """Once-per-iteration tail in Megatron's order: SP/duplicated-param TP all-reduce and tied-embedding
+    all-reduce (finalize_model_grads); 16-bit grads -> fp32 main grads; fp16 unscale + found-inf
+    all-reduce; gradient-norm kernel + all-reduce(s); Adam step over this rank's shard."""
     out: list[Op] = []
+    gbytes = grad_reduce_bytes(c.plan)
+    gdtype = "fp32" if gbytes == 4 else c.act
     if c.sp and tp_replicated:
-        out.append(comm("tp_replicated_grad_ar", "all_reduce", "tp", tp_replicated * GRAD_BYTES, -1,
-                        "iteration_end", dtype="fp32"))
+        out.append(comm("tp_replicated_grad_ar", "all_reduce", "tp", tp_replicated * gbytes, -1,
+                        "iteration_end", dtype=gdtype))
     if embedding_grad:
-        out.append(comm("embedding_grad_ar", "all_reduce", "embedding", embedding_grad * GRAD_BYTES, -1,
-                        "iteration_end", dtype="fp32"))
+        out.append(comm("embedding_grad_ar", "all_reduce", "embedding", embedding_grad * gbytes, -1,
+                        "iteration_end", dtype=gdtype))
+    n = -(-dense_params // shard_dense) + -(-expert_params // shard_expert)
+    if gbytes < 4:
+        out.append(_traffic_op("main_grad_copy", (gbytes + 4) * n, "iteration_end"))
+    if c.plan.dtype == "fp16":
+        out.append(_traffic_op("grad_unscale", 8 * n, "iteration_end"))
+        out.append(comm("found_inf_ar", "all_reduce", "mp", 4, -1, "iteration_end", dtype="fp32"))
+    out.append(_traffic_op("grad_norm_l2", 4 * n, "iteration_end"))
     for g in norm_groups:
         out.append(comm(f"grad_norm_ar_{g}", "all_reduce", g, 4, -1, "iteration_end", dtype="fp32"))
-    if c.plan.dtype == "fp16":
-        out.append(comm("found_inf_ar", "all_reduce", "mp", 4, -1, "iteration_end", dtype="fp32"))
-    n = -(-dense_params // shard_dense) + -(-expert_params // shard_expert)
     # Adam: read fp32 master, m, v, grad (16 B); write master, m, v (12 B) and the 16-bit param (2 B)
     out.append(ComputeOp(name="optimizer_step", kind="optimizer", shape=(("params", max(1, n)),), dtype="fp32",
                          flops=12.0 * n, bytes=30.0 * n, variant="step", layer=-1, phase="iteration_end"))

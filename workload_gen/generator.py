@@ -39,7 +39,7 @@ from workload_gen.model import ModelSpec
 from workload_gen.params import stage_params
 from workload_gen.plan import ParallelPlan
 from workload_gen.plan_validation import validate_plan
-from workload_gen.workload import ChunkProgram, CommOp, Op, StageProgram, Workload
+from workload_gen.workload import ChunkProgram, CommOp, ComputeOp, Op, StageProgram, Workload
 
 GENERATOR_VERSION = "1"
 
@@ -54,17 +54,17 @@ def generate(model: ModelSpec, plan: ParallelPlan) -> Workload:
     stages = []
     for s in range(pp):
         chunks = []
-        totals = [0, 0]   # dense, expert grads held by this rank (from the emitted kernels)
+        buckets = []      # per chunk: [dense bucket sizes, expert bucket sizes] (elements)
         for ci, layers in enumerate(assignment[s]):
             v = ci * pp + s
-            chunk, dense, expert = _chunk(c, ci, layers, first_v=(v == 0), last_v=(v == pp * vpp - 1),
-                                          pp_bytes=pp_bytes)
+            chunk, sizes = _chunk(c, ci, layers, first_v=(v == 0), last_v=(v == pp * vpp - 1),
+                                  pp_bytes=pp_bytes)
             chunks.append(chunk)
-            totals[0] += dense
-            totals[1] += expert
+            buckets.append(sizes)
         sp_ = stage_params(model, plan, s)
         stage = StageProgram(stage=s, chunks=chunks, pp_send_bytes=pp_bytes if s < pp - 1 else 0)
-        stage.iteration_end = _iteration_end(c, sp_, s)
+        stage.iteration_start = dp_comm.iteration_start_ops(c, sp_.dense + sp_.expert)
+        stage.iteration_end = _iteration_end(c, sp_, s, buckets)
         stages.append(stage)
     schedule = "none" if pp == 1 else ("interleaved" if vpp > 1 else "1f1b")
     meta = {
@@ -72,7 +72,7 @@ def generate(model: ModelSpec, plan: ParallelPlan) -> Workload:
         "padded_vocab_size": c.vocab_rank * c.t,
         "flops_convention": "model FLOPs: GEMM 2mnk; attention over the full s_q x s_kv matrix (causal "
                             "kernels flagged causal=True); flash backward = 2x forward",
-        "grad_dtype_bytes": ds.grad_bytes(c) if plan.framework == "deepspeed" else dp_comm.GRAD_BYTES,
+        "grad_dtype_bytes": dp_comm.grad_reduce_bytes(plan),
         "wait_op_rule": "a non-blocking comm must finish before the first later op in the same list whose "
                         "name equals wait_op (None: before the end of that list)",
         "dropout": c.dropout,
@@ -82,11 +82,11 @@ def generate(model: ModelSpec, plan: ParallelPlan) -> Workload:
 
 
 def _chunk(c: Ctx, ci: int, layers: tuple[int, ...], first_v: bool, last_v: bool,
-           pp_bytes: int) -> tuple[ChunkProgram, int, int]:
+           pp_bytes: int) -> tuple[ChunkProgram, list[list[int]]]:
     p = c.plan
     sections: list[tuple[int, list[Unit], list[Op]]] = []   # (layer, units, recompute ops)
     if first_v:
-        sections.append((-1, embedding_units(c), []))
+        sections.append((-1, _embedding_with_grad_add(c), []))
     full = p.recompute == "full"
     n_full = len(layers) if p.recompute_num_layers is None else p.recompute_num_layers
     for i, layer in enumerate(layers):
@@ -135,13 +135,33 @@ def _chunk(c: Ctx, ci: int, layers: tuple[int, ...], first_v: bool, last_v: bool
     fwd = _resolve_waits(fwd)
     bwd_ops = _resolve_waits([e[0] for e in bwd])
     bwd = [(op, e[1], e[2]) for op, e in zip(bwd_ops, bwd)]
+    sizes: list[list[int]] = [[], []]
     if p.framework == "deepspeed":
         backward = ds.ds_grad_buckets(c, bwd)
-    else:
-        backward, _ = dp_comm.grad_buckets(c, bwd)
-        if p.distributed_optimizer:
+    elif p.overlap_grad_reduce:
+        backward, sizes = dp_comm.grad_buckets(c, bwd)
+        if p.distributed_optimizer and p.overlap_param_gather:
             fwd = dp_comm.param_gathers(c, fwd, bwd)
-    return ChunkProgram(chunk=ci, layers=tuple(layers), forward=fwd, backward=backward), dense_total, expert_total
+    else:
+        # megatron-core: no overlap -> infinite buckets, reduced in finalize_model_grads
+        backward, sizes = dp_comm.grad_buckets(c, bwd, bucket_elems=max(1, dense_total + expert_total), emit=False)
+    return ChunkProgram(chunk=ci, layers=tuple(layers), forward=fwd, backward=backward), sizes
+
+
+def _embedding_with_grad_add(c: Ctx) -> list[Unit]:
+    """Embedding units plus the gradient accumulation Megatron's DDP backward hook performs for
+    parameters without fused weight-gradient accumulation (the embedding tables): every micro-batch
+    `main_grad.add_(grad)` over the whole [vocab/tp, hidden] (+ positions) table, since torch's
+    embedding backward produces a dense gradient. The parameters' gradients are ready after it."""
+    units = embedding_units(c)
+    first = units[0]
+    (wgrad, dense, expert), rest = first.bwd[0], first.bwd[1:]
+    numel = dense + expert
+    gdtype = "fp32" if dp_comm.grad_reduce_bytes(c.plan) == 4 else c.act
+    add = ComputeOp(name="embedding_main_grad_add", kind="elementwise", shape=(("numel", numel),), dtype=gdtype,
+                    flops=float(numel), bytes=float(numel * (4 + 2 + 4)), variant="bwd", layer=-1, phase="bwd")
+    units[0] = Unit(first.fwd, [(wgrad, 0, 0), (add, dense, expert), *rest], first.core)
+    return units
 
 
 def _resolve_waits(ops: list[Op]) -> list[Op]:
@@ -161,7 +181,7 @@ def _resolve_waits(ops: list[Op]) -> list[Op]:
     return out
 
 
-def _iteration_end(c: Ctx, sp_, stage: int) -> list[Op]:
+def _iteration_end(c: Ctx, sp_, stage: int, buckets: list[list[list[int]]]) -> list[Op]:
     p = c.plan
     dgroup, dsize = dp_comm.dense_group(c)
     tied_copy = p.pp > 1 and c.model.tie_embeddings and stage in (0, p.pp - 1)
@@ -176,5 +196,9 @@ def _iteration_end(c: Ctx, sp_, stage: int) -> list[Op]:
         return ops + ds.post_step_gathers(c, sp_.dense, sp_.expert)
     dist = p.distributed_optimizer
     groups = ("mp", dgroup) if dist and dsize > 1 else ("mp",)
-    return dp_comm.optimizer_ops(c, sp_.dense, sp_.expert, rep, emb, shard_dense=dsize if dist else 1,
+    ops = [] if p.overlap_grad_reduce else dp_comm.end_grad_reductions(c, buckets)
+    ops += dp_comm.optimizer_ops(c, sp_.dense, sp_.expert, rep, emb, shard_dense=dsize if dist else 1,
                                  shard_expert=p.edp if dist else 1, norm_groups=groups)
+    if dist and not p.overlap_param_gather:
+        ops += dp_comm.end_param_gathers(c, buckets)
+    return ops

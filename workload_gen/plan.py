@@ -1,6 +1,9 @@
 """ParallelPlan: how a model is split over a cluster and trained for one iteration.
 
 Fields only plus cheap derived sizes; `validate_plan` (plan_validation.py) enforces every rule.
+Defaults follow Megatron-LM / megatron-core as NeMo-era recipes run it: fp32 gradient reduction for
+bf16/fp8 (16-bit for fp16, Megatron-LM's rule), gradient reduction and parameter gathers overlapped
+with compute, batched pipeline p2p with its device synchronisation (megatron-core batch_p2p_sync).
 Data-parallel size is derived: dp = world_size / (tp * cp * pp). Expert groups re-partition the
 same tp*cp*dp ranks of a stage: ep * etp * edp = tp * cp * dp (Megatron MoE "expert-tensor-data").
 """
@@ -12,6 +15,7 @@ from dataclasses import dataclass
 FRAMEWORKS = ("megatron", "deepspeed")
 DTYPES = ("bf16", "fp16", "fp8")
 RECOMPUTE = ("none", "selective", "full")
+GRAD_REDUCE_DTYPES = ("auto", "fp32", "bf16", "fp16")
 DEFAULT_RANK_ORDER = "tp-cp-ep-dp-pp"
 
 
@@ -33,6 +37,10 @@ class ParallelPlan:
     reduce_bucket_elements: int = 500_000_000     # DeepSpeed reduce_bucket_size (elements, as its flag)
     allgather_bucket_elements: int = 500_000_000  # DeepSpeed allgather_bucket_size (elements)
     grad_bucket_elements: int = 40_000_000        # Megatron DDP bucket size (elements)
+    grad_reduce_dtype: str = "auto"           # gradient buffer + DP reduction dtype (see dp_comm.grad_reduce_dtype)
+    overlap_grad_reduce: bool = True          # Megatron --overlap-grad-reduce: buckets reduced during backward
+    overlap_param_gather: bool = True         # Megatron --overlap-param-gather (distributed optimizer)
+    overlap_p2p_comm: bool = False            # megatron-core overlap_p2p_comm (interleaved only): no batch-p2p sync
     micro_batch_size: int = 1
     global_batch_size: int = 1024
     seq_length: int = 2048

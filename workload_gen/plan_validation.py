@@ -12,7 +12,7 @@ from __future__ import annotations
 from workload_gen.errors import PlanError, WorkloadError
 from workload_gen.layout import stage_layer_counts
 from workload_gen.model import ModelSpec
-from workload_gen.plan import DTYPES, FRAMEWORKS, RECOMPUTE, ParallelPlan
+from workload_gen.plan import DTYPES, FRAMEWORKS, GRAD_REDUCE_DTYPES, RECOMPUTE, ParallelPlan
 
 ACTIVATIONS = ("gelu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
@@ -98,12 +98,13 @@ def _check_types(plan: ParallelPlan) -> None:
     for f in ("etp", "num_layers_first_stage", "num_layers_last_stage", "recompute_num_layers"):
         _positive("plan", f, getattr(plan, f), optional=True)
     for f in ("sequence_parallel", "distributed_optimizer", "flash_attention", "tp_comm_overlap",
-              "moe_grouped_gemm"):
+              "moe_grouped_gemm", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p_comm"):
         _bool(f, getattr(plan, f))
     _choice("plan", "framework", plan.framework, FRAMEWORKS)
     _choice("plan", "dtype", plan.dtype, DTYPES)
     _choice("plan", "recompute", plan.recompute, RECOMPUTE)
     _choice("plan", "cp_comm_type", plan.cp_comm_type, CP_COMM_TYPES)
+    _choice("plan", "grad_reduce_dtype", plan.grad_reduce_dtype, GRAD_REDUCE_DTYPES)
     if not _is_int(plan.zero_stage) or not 0 <= plan.zero_stage <= 3:
         raise PlanError(f"plan.zero_stage: must be 0, 1, 2 or 3 (got {plan.zero_stage!r})")
     order = plan.rank_order.split("-") if isinstance(plan.rank_order, str) else None
@@ -154,6 +155,14 @@ def validate_plan(model: ModelSpec, plan: ParallelPlan) -> None:
     counts = stage_layer_counts(model, plan)
     for s, c in enumerate(counts):
         if c % vpp:
+            # uneven pipeline with VPP (megatron-core): the first/last stage counts and the even
+            # split of the rest are each cut into vpp chunks
+            if s == 0 and plan.num_layers_first_stage is not None:
+                raise PlanError(f"plan.num_layers_first_stage: must be divisible by vpp (each stage's "
+                                f"layers are split over vpp chunks) (got {c}, vpp={vpp})")
+            if s == pp - 1 and plan.num_layers_last_stage is not None:
+                raise PlanError(f"plan.num_layers_last_stage: must be divisible by vpp (each stage's "
+                                f"layers are split over vpp chunks) (got {c}, vpp={vpp})")
             raise PlanError(f"plan.vpp: layers per stage must be divisible by vpp "
                             f"(got stage {s} with {c} layers, vpp={vpp})")
 
@@ -208,6 +217,21 @@ def validate_plan(model: ModelSpec, plan: ParallelPlan) -> None:
             raise PlanError(f"plan.recompute_num_layers: must be in 1..{per_chunk} (layers per "
                             f"stage chunk) (got {plan.recompute_num_layers})")
 
+    # ---- gradient reduction and overlap ----
+    g = plan.grad_reduce_dtype
+    if g in ("bf16", "fp16"):
+        params16 = "fp16" if plan.dtype == "fp16" else "bf16"   # fp8 training keeps bf16 parameters
+        if g != params16:
+            raise PlanError(f"plan.grad_reduce_dtype: 16-bit gradients are in the parameter dtype "
+                            f"({params16} for dtype {plan.dtype}); use {params16} or fp32 (got {g})")
+    if plan.overlap_p2p_comm and vpp == 1:
+        raise PlanError("plan.overlap_p2p_comm: only the interleaved schedule overlaps pipeline p2p "
+                        f"(Megatron-LM turns it off without vpp); needs vpp > 1 (got vpp={vpp})")
+    if plan.framework == "megatron" and plan.distributed_optimizer and plan.overlap_param_gather \
+            and not plan.overlap_grad_reduce:
+        raise PlanError("plan.overlap_param_gather: needs overlap_grad_reduce (megatron-core asserts it); "
+                        "set both to false for a run without DP overlap (got overlap_grad_reduce=false)")
+
     # ---- frameworks ----
     if plan.framework == "megatron":
         if plan.zero_stage:
@@ -217,6 +241,10 @@ def validate_plan(model: ModelSpec, plan: ParallelPlan) -> None:
         if plan.distributed_optimizer:
             raise PlanError("plan.distributed_optimizer: a Megatron option; with framework deepspeed use "
                             "zero_stage (got true)")
+        for f in ("overlap_grad_reduce", "overlap_param_gather"):
+            if not getattr(plan, f):
+                raise PlanError(f"plan.{f}: a Megatron option; DeepSpeed's reduction schedule follows its "
+                                f"ZeRO stage (got false with framework deepspeed)")
         if pp > 1 and plan.zero_stage >= 2:
             raise PlanError(f"plan.zero_stage: DeepSpeed's pipeline engine supports ZeRO 0/1 only "
                             f"(got zero_stage={plan.zero_stage}, pp={pp})")

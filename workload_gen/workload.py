@@ -34,6 +34,10 @@ COMPUTE_KINDS: dict[str, tuple[str, ...]] = {
     "gemm": ("m", "n", "k"),                         # Y[m,n] = X[m,k] @ W[k,n]; variant fwd|dgrad|wgrad
     "grouped_gemm": ("groups", "m", "n", "k"),       # m = tokens per group (mean); variant fwd|dgrad|wgrad
     "flash_attn": ("batch", "seq_q", "seq_kv", "heads", "kv_heads", "head_dim_qk", "head_dim_v"),  # fwd|bwd
+    # decode attention of a batch (paged / flash-decoding, one query token per request): kv_tokens = cached
+    # tokens read over all `batch` requests; MLA (absorbed) passes kv_heads=1, head_dim_qk=rope dim,
+    # head_dim_v=kv_lora_rank so that K+V bytes are the latent's. fwd only (inference).
+    "attn_decode": ("batch", "kv_tokens", "heads", "kv_heads", "head_dim_qk", "head_dim_v"),
     "attn_bmm": ("batch", "m", "n", "k"),             # unfused attention QK^T / PV batched GEMM
     "softmax": ("rows", "cols"),                     # fwd|bwd (unfused attention, router)
     "layernorm": ("tokens", "hidden"),               # fwd|bwd

@@ -65,6 +65,8 @@ _MODELS: tuple[ModelSpec, ...] = (
     _llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
     _llama("llama3.1-405b", 126, 16384, 128, 8, 53248, 128256, 8192),
     _llama("qwen2.5-72b", 80, 8192, 64, 8, 29568, 152064, 8192, add_qkv_bias=True),
+    # 01-ai/Yi-34B (Llama architecture; serving calibration case 2 uses its 200K-context variant, same dims)
+    _llama("yi-34b", 60, 7168, 56, 8, 20480, 64000, 4096),
     # ---- MoE ----
     _llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 4096,
            num_experts=8, moe_top_k=2, moe_ffn_hidden_size=14336),
@@ -100,6 +102,7 @@ ALIASES: dict[str, str] = {
     "llama3.1-70b": "llama3-70b", "llama-3.1-8b": "llama3-8b", "llama-3.1-70b": "llama3-70b",
     "llama-3.1-405b": "llama3.1-405b", "llama3-405b": "llama3.1-405b", "llama-405b": "llama3.1-405b",
     "qwen2.5-72b-instruct": "qwen2.5-72b", "qwen-2.5-72b": "qwen2.5-72b",
+    "yi-34b-200k": "yi-34b", "01-ai/yi-34b": "yi-34b", "01-ai/yi-34b-200k": "yi-34b",
     "mixtral-8x7b-v0.1": "mixtral-8x7b", "mixtral": "mixtral-8x7b", "mixtral-8x22b-v0.1": "mixtral-8x22b",
     "deepseek-v2-lite-chat": "deepseek-v2-lite", "deepseek-v3-671b": "deepseek-v3",
     "deepseek-v2-236b": "deepseek-v2", "qwen3-235b": "qwen3-235b-a22b", "qwen3-moe-235b": "qwen3-235b-a22b",

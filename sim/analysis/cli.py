@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -23,6 +24,7 @@ def register(subparsers) -> None:
     m.add_argument("--opwalk", action="store_true",
                    help="activations from analysis's own op walk instead of the generated workload's saved_bytes")
     m.add_argument("--json", metavar="PATH", help="also write the full report as JSON")
+    _calibration_args(m, network=False)
     m.set_defaults(func=cmd_memory)
 
     s = subparsers.add_parser("search", help="search parallel plans (TP/SP/PP/VPP/CP/EP/recompute/ZeRO) that fit")
@@ -40,6 +42,8 @@ def register(subparsers) -> None:
     s.add_argument("--recompute", default="none,selective,full", help="none,selective,full (default all)")
     s.add_argument("--optimizer", default="none,distributed",
                    help="none,distributed,zero1,zero2,zero3 (default none,distributed)")
+    s.add_argument("--no-flash", action="store_true", help="unfused attention in every plan")
+    _plan_switch_args(s)
     s.add_argument("--gmi-error", type=float, default=6.0, help="GiB of device memory kept free (default 6)")
     s.add_argument("--allocated", action="store_true",
                    help="check allocated instead of reserved (allocator-inclusive) peak memory")
@@ -50,7 +54,53 @@ def register(subparsers) -> None:
     s.add_argument("--no-confirm", action="store_true", help="skip the flow-backend confirmation")
     s.add_argument("--workers", type=int, default=1, help="local worker processes (under mpiexec: MPI ranks)")
     s.add_argument("--out", "-o", default="search_out", help="output directory (default search_out)")
+    _calibration_args(s, network=True)
     s.set_defaults(func=cmd_search)
+
+
+def _calibration_args(p, network: bool) -> None:
+    c = p.add_argument_group("calibration (your own measurements)")
+    c.add_argument("--db", help="kernel timing DB (SQLite), layered over the shipped one")
+    c.add_argument("--gpu-file", help="GPU spec YAML adding GPUs to the table (compute_db layout)")
+    if network:
+        c.add_argument("--net-calibration", help="network calibration file (netsim) for the flow confirmation")
+
+
+def _plan_switch_args(p) -> None:
+    """Plan fields that say how a run reduces gradients and overlaps communication (run's flags)."""
+    p.add_argument("--grad-reduce-dtype", default=None, choices=("auto", "fp32", "bf16", "fp16"),
+                   help="gradient buffer / DP reduction dtype (default auto: Megatron-LM's rule)")
+    p.add_argument("--overlap-grad-reduce", action=argparse.BooleanOptionalAction, default=None,
+                   help="reduce gradient buckets during the backward pass (default on)")
+    p.add_argument("--overlap-param-gather", action=argparse.BooleanOptionalAction, default=None,
+                   help="distributed optimizer: gather parameters during the forward pass (default on)")
+    p.add_argument("--no-dp-overlap", action="store_true", help="both of the above off (Megatron-LM 2021)")
+    p.add_argument("--overlap-p2p-comm", action=argparse.BooleanOptionalAction, default=None,
+                   help="interleaved schedule: overlap pipeline p2p, no device sync (default off)")
+    p.add_argument("--tp-comm-overlap", action="store_true", default=None, help="overlap TP communication with GEMMs")
+
+
+def _switch_fields(args) -> dict:
+    """ParallelPlan fields given by _plan_switch_args flags (only those set)."""
+    out = {}
+    if getattr(args, "grad_reduce_dtype", None) is not None:
+        out["grad_reduce_dtype"] = args.grad_reduce_dtype
+    for f in ("overlap_grad_reduce", "overlap_param_gather", "overlap_p2p_comm", "tp_comm_overlap"):
+        if getattr(args, f, None) is not None:
+            out[f] = getattr(args, f)
+    if getattr(args, "no_dp_overlap", False):
+        if out.get("overlap_grad_reduce") or out.get("overlap_param_gather"):
+            raise SimError("--no-dp-overlap contradicts --overlap-grad-reduce / --overlap-param-gather")
+        out["overlap_grad_reduce"] = out["overlap_param_gather"] = False
+    return out
+
+
+def _db_from_args(args):
+    """compute_db.open_db(--db, --gpu-file), or None when neither is given (the shipped DB)."""
+    if getattr(args, "db", None) or getattr(args, "gpu_file", None):
+        from compute_db import open_db
+        return open_db(args.db, args.gpu_file)
+    return None
 
 
 def _model_args(p) -> None:
@@ -77,15 +127,23 @@ def _plan_args(p) -> None:
     p.add_argument("--no-flash", action="store_true", help="unfused attention (keeps the s x s scores)")
     p.add_argument("--first-stage-layers", type=int, default=None, help="layers on pipeline stage 0 (uneven)")
     p.add_argument("--last-stage-layers", type=int, default=None, help="layers on the last stage (uneven)")
+    p.add_argument("--dtype", default=None, choices=("bf16", "fp16", "fp8"), help="training dtype (default bf16)")
+    _plan_switch_args(p)
 
 
 def _plan_from_args(args, model):
+    import dataclasses
+
     from sim.analysis.perfllm import _check_plan, load_strategy
     from workload_gen.plan import ParallelPlan
     if args.plan:
         # PerfLLM strategy files also carry selective-recompute components and mem_factor
         plan, opts, where, raw = load_strategy(args.plan)
         args.file_mem_options = opts
+        over = _switch_fields(args)
+        if args.dtype:
+            over["dtype"] = args.dtype
+        plan = dataclasses.replace(plan, **over)
         _check_plan(model, plan, where, bool(raw))   # names the file and the user's key
         return plan
     world = args.world_size or args.tp * args.cp * args.pp
@@ -96,7 +154,8 @@ def _plan_from_args(args, model):
                         recompute=args.recompute, recompute_num_layers=args.recompute_layers,
                         distributed_optimizer=args.dist_opt, zero_stage=args.zero,
                         framework="deepspeed" if args.zero else "megatron", flash_attention=not args.no_flash,
-                        num_layers_first_stage=args.first_stage_layers, num_layers_last_stage=args.last_stage_layers)
+                        num_layers_first_stage=args.first_stage_layers, num_layers_last_stage=args.last_stage_layers,
+                        dtype=args.dtype or "bf16", **_switch_fields(args))
 
 
 def _write_json(path: str, obj) -> None:
@@ -114,7 +173,7 @@ def cmd_memory(args) -> int:
     if args.json:
         from sim.outpath import check_writable
         check_writable(args.json)
-    hw, _ = load_system(args.gpu, plan.dtype)
+    hw, _ = load_system(args.gpu, plan.dtype, db=_db_from_args(args))
     sel = tuple(x.strip() for x in args.selective.split(",") if x.strip())
     bad = [x for x in sel if x not in ("attn", "mlp", "norm")]
     if bad:
@@ -195,7 +254,13 @@ def cmd_search(args) -> int:
         raise SimError(f"--top-k must be >= 0 and --workers >= 1 (got {args.top_k}, {args.workers})")
     from sim.outpath import check_writable
     check_writable(args.out, directory=True)  # before the search, not after
-    hw, extra = load_system(args.gpu, args.dtype)
+    db = _db_from_args(args)
+    hw, extra = load_system(args.gpu, args.dtype, db=db)
+    from sim.inputs import load_net_calibration
+    cal = load_net_calibration(args.net_calibration)
+    fields = _switch_fields(args)
+    if not fields.get("overlap_grad_reduce", True):
+        fields.setdefault("overlap_param_gather", False)    # megatron-core needs grad overlap for it
     sp = tuple({"on": True, "off": False}[v] for v in _words(args.sp, "sp", ("on", "off")))
     etp = _ints(args.etp, "etp")
     space = SearchSpace(tp=_ints(args.tp, "tp"), pp=_ints(args.pp, "pp"), vpp=_ints(args.vpp, "vpp"),
@@ -203,7 +268,8 @@ def cmd_search(args) -> int:
                         sequence_parallel=sp, micro_batch_size=_ints(args.mbs, "mbs") or (1, 2, 4),
                         recompute=_words(args.recompute, "recompute", ("none", "selective", "full")),
                         optimizer=_words(args.optimizer, "optimizer",
-                                         ("none", "distributed", "zero1", "zero2", "zero3")))
+                                         ("none", "distributed", "zero1", "zero2", "zero3")),
+                        plan_fields=tuple(sorted(fields.items())))
     topology = None
     if args.topology and args.topology != "none":
         # the same builder as `clustersim run`: templates get the GPU's datasheet NVLink rate
@@ -213,7 +279,8 @@ def cmd_search(args) -> int:
     res = search(model, args.world_size, args.gbs, gpu=extra.get("gpu", args.gpu), hw=hw, seq_length=args.seq,
                  space=space, gmi_error_GiB=args.gmi_error, use_reserved_memory=not args.allocated,
                  dtype=args.dtype, topology=topology, top_k=args.top_k, confirm=not args.no_confirm,
-                 workers=args.workers, progress=sys.stderr.isatty())
+                 workers=args.workers, progress=sys.stderr.isatty(), db=db, net_calibration=cal,
+                 flash_attention=not args.no_flash)
     try:
         from mpi4py import MPI  # noqa: F401 - only rank 0 writes under mpiexec
         if "OMPI_COMM_WORLD_SIZE" in os.environ and MPI.COMM_WORLD.Get_rank() != 0:

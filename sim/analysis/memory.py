@@ -1,7 +1,8 @@
 """Per-rank device memory of a training plan: model states, activations, transients, buffers, allocator.
 
 Everything is per GPU (one rank of a pipeline stage), in bytes. Modelled:
-- Model states (mixed precision, Adam): 2 B/param 16-bit weights, 4 B/param fp32 main gradients,
+- Model states (mixed precision, Adam): 2 B/param 16-bit weights, 4 B/param fp32 main gradients (2 B
+  when the plan's gradient dtype is 16-bit: fp16 runs by Megatron-LM's default, grad_reduce_dtype),
   12 B/param fp32 master weights + Adam m + v. Megatron's distributed optimizer / ZeRO-1 shards the 12 B
   over DP x CP (dense) and expert-DP (experts); ZeRO-2 also shards gradients; ZeRO-3 also weights.
   Shards are rounded up to whole parameters.
@@ -148,6 +149,16 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _grad_elem_bytes(plan) -> int:
+    """Main-grad buffer bytes per parameter: Megatron's buffer has the reduction dtype
+    (workload_gen.dp_comm.grad_reduce_dtype: fp32, or the 16-bit dtype for fp16 runs by default);
+    DeepSpeed keeps fp32 gradient partitions (4 B)."""
+    if plan.framework == "deepspeed":
+        return 4
+    from workload_gen.dp_comm import grad_reduce_bytes
+    return grad_reduce_bytes(plan)
+
+
 def model_state_bytes(dense_params: int, expert_params: int, plan) -> ModelStateMemory:
     """Weights/grads/optimizer bytes of one rank holding `dense_params` + `expert_params` (TP/PP/EP-sharded)."""
     dshard = plan.dp * plan.cp
@@ -163,7 +174,7 @@ def model_state_bytes(dense_params: int, expert_params: int, plan) -> ModelState
     return ModelStateMemory(
         dense_params=dense_params, expert_params=expert_params,
         weight_bytes=2 * per(dense_params, expert_params, zero >= 3),
-        grad_bytes=4 * per(dense_params, expert_params, zero >= 2),
+        grad_bytes=_grad_elem_bytes(plan) * per(dense_params, expert_params, zero >= 2),
         optimizer_bytes=12 * per(dense_params, expert_params, opt_sharded))
 
 

@@ -83,8 +83,9 @@ def _sub(d: dict, key: str, where: str, required: bool = True) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------
-def load_system(src, dtype: str = "bf16") -> tuple[HardwareSpec, dict]:
-    """HardwareSpec (+ extra: gpu name, topology spec) from a path, mapping, GPU name or HardwareSpec."""
+def load_system(src, dtype: str = "bf16", db=None) -> tuple[HardwareSpec, dict]:
+    """HardwareSpec (+ extra: gpu name, topology spec) from a path, mapping, GPU name or HardwareSpec.
+    `db`: a ComputeDB whose user GPUs (--gpu-file) are known too."""
     if isinstance(src, HardwareSpec):
         return src, {"gpu": src.name}
     where = "<system>"
@@ -93,7 +94,7 @@ def load_system(src, dtype: str = "bf16") -> tuple[HardwareSpec, dict]:
         if p.suffix.lower() in (".json", ".yaml", ".yml") or p.exists():
             where, data = str(p), _read(p)
         else:
-            return hardware_from_gpu(str(src), dtype), {"gpu": str(src)}
+            return hardware_from_gpu(str(src), dtype, db=db), {"gpu": str(src)}
     elif isinstance(src, dict):
         data = src
     else:
@@ -107,7 +108,7 @@ def load_system(src, dtype: str = "bf16") -> tuple[HardwareSpec, dict]:
         raise SimError(f"{where}: key 'gpu': expected a GPU name, got {gpu!r}")
     gps = int(_num(data, "gpus_per_server", where, 8))
     try:
-        hw = hardware_from_gpu(gpu, dtype, gps)
+        hw = hardware_from_gpu(gpu, dtype, gps, db=db)
     except Exception as exc:  # ComputeDBError: unknown GPU
         raise SimError(f"{where}: key 'gpu': {exc}") from None
     topo = data.get("topology")
@@ -230,6 +231,7 @@ class PerfLLM:
         self.last_search = None
         self._use_db = True
         self._db = None
+        self._net_calibration = None
 
     def _kernel_db(self):
         """compute_db for kernel times, or None (roofline of the system file's efficiencies)."""
@@ -238,17 +240,30 @@ class PerfLLM:
             self._db = _open_db()
         return self._db if self._use_db else None
 
-    def configure(self, strategy_config=None, model_config=None, system_config=None) -> PerfLLM:
-        """Load and validate the three configs (paths, mappings or objects)."""
+    def configure(self, strategy_config=None, model_config=None, system_config=None, *, db=None,
+                  gpu_file=None, net_calibration=None) -> PerfLLM:
+        """Load and validate the three configs (paths, mappings or objects).
+
+        db / gpu_file: your kernel DB and GPU spec file (compute_db.open_db(db, gpu_file); db may also be a
+        ComputeDB); net_calibration: a netsim calibration file or object for run_estimate(simulator=...)."""
         if model_config is None or system_config is None:
             raise SimError("configure: model_config and system_config are required")
+        if db is not None or gpu_file is not None:
+            if db is None or isinstance(db, (str, os.PathLike)):
+                from compute_db import open_db
+                db = open_db(db, gpu_file)
+            self._db = db
+        if isinstance(net_calibration, (str, os.PathLike)):
+            from sim.inputs import load_net_calibration
+            net_calibration = load_net_calibration(net_calibration)
+        self._net_calibration = net_calibration
         self.model = load_model_any(model_config)
-        self.hw, self.system_extra = load_system(system_config)
+        self.hw, self.system_extra = load_system(system_config, db=self._db)
         self._use_db = not self.system_extra.get("perfllm_system", False)
         if strategy_config is not None:
             self.plan, self.mem_options, self._strategy_where, raw = load_strategy(strategy_config)
             self._perf_strategy = bool(raw)
-            self.hw, self.system_extra = load_system(system_config, self.plan.dtype)
+            self.hw, self.system_extra = load_system(system_config, self.plan.dtype, db=self._db)
             _check_plan(self.model, self.plan, self._strategy_where, self._perf_strategy)
         topo = self.system_extra.get("topology")
         if topo:
@@ -277,19 +292,21 @@ class PerfLLM:
     def _simulate(self, network: str):
         if network not in ("analytical", "flow"):
             raise SimError(f"run_estimate: simulator must be 'analytical' or 'flow' (got {network!r})")
-        from compute_db.gpus import get_gpu
         from sim import simulate
+        from sim.analysis.search import _open_db
         from sim.inputs import make_topology
         from workload_gen import generate
+        db = self._kernel_db() or _open_db()
         gpu = self.system_extra.get("gpu") or self.hw.name
         try:
-            gpu = get_gpu(gpu).name
+            gpu = db.gpu(gpu).name
         except Exception:  # noqa: BLE001 - ComputeDBError: name the fix in one line
             raise SimError(f"run_estimate: the simulator needs a GPU known to compute_db; system '{gpu}' is not "
                            f"(add \"gpu\": \"H100\" to the system file)") from None
         topology = self.topology or make_topology("spectrum-x", gpus=self.plan.world_size, gpu_type=gpu,
                                                   gpus_per_server=self.hw.gpus_per_server)
-        rep = simulate(generate(self.model, self.plan), topology, gpu=gpu, network=network)
+        rep = simulate(generate(self.model, self.plan), topology, gpu=gpu, network=network, db=db,
+                       net_calibration=self._net_calibration)
         est = self._estimate
         return dataclasses.replace(
             est, iteration_time_s=float(rep.iteration_time_s), compute_s=float(rep.compute_s),
@@ -411,7 +428,8 @@ class PerfLLM:
         res = search(self.model, world_size, gbs, hw=self.hw, gpu=self.system_extra.get("gpu", "H100"),
                      seq_length=seq, space=space, gmi_error_GiB=gmi_error, use_reserved_memory=use_reserved_memory,
                      topology=self.topology, top_k=top_k, workers=workers,
-                     mem_options=self.mem_options, use_compute_db=self._use_db)
+                     mem_options=self.mem_options, use_compute_db=self._use_db,
+                     db=self._kernel_db(), net_calibration=self._net_calibration)
         self.last_search = res
         if all_search_result is not None:
             all_search_result.extend(candidate_dict(c) for c in res.candidates)

@@ -49,6 +49,7 @@ class SearchSpace:
     optimizer: tuple[str, ...] = ("none", "distributed")
     max_tp: int = 8
     uneven_pipeline: bool = True      # pp not dividing the layers: first/last stages absorb the rest
+    plan_fields: tuple = ()           # ((ParallelPlan field, value), ...) fixed for every candidate
 
 
 @dataclass
@@ -120,6 +121,31 @@ def pipeline_split(num_layers: int, pp: int) -> tuple[int | None, int | None, in
     return first, last, per
 
 
+def pipeline_split_vpp(num_layers: int, pp: int, vpp: int) -> tuple[int | None, int | None, int] | None:
+    """pipeline_split whose stage counts are all divisible by `vpp` (megatron-core's uneven pipeline
+    with VPP: first/last stage counts and the even middle split are each cut into vpp chunks).
+
+    The even split when it divides; else middle stages get the smallest multiple of vpp >= L/pp
+    layers and the first and last stages share the rest in multiples of vpp (the first the smaller).
+    None when no such split exists."""
+    even = pipeline_split(num_layers, pp)
+    if even is not None and all(c % vpp == 0 for c in (even[0] or 0, even[1] or 0, even[2])):
+        return even
+    if pp < 3:
+        if pp == 2 and num_layers % vpp == 0:
+            first = vpp * (num_layers // (2 * vpp))
+            last = num_layers - first
+            if first >= vpp and last >= vpp:
+                return first, last, 0
+        return None
+    per = vpp * -(-num_layers // (pp * vpp))
+    rest = num_layers - per * (pp - 2)
+    if rest < 2 * vpp or rest % vpp:
+        return None
+    first = vpp * (rest // (2 * vpp))
+    return first, rest - first, per
+
+
 def enumerate_plans(model, world_size: int, global_batch_size: int, seq_length: int,
                     space: SearchSpace = SearchSpace(), dtype: str = "bf16",
                     flash_attention: bool = True) -> list:
@@ -140,16 +166,17 @@ def enumerate_plans(model, world_size: int, global_batch_size: int, seq_length: 
         if world_size % (tp * cp * pp):
             continue
         dp = world_size // (tp * cp * pp)
-        split = pipeline_split(L, pp)
-        if split is None:
+        # layer split per vpp: an uneven first/last stage is combined with VPP as megatron-core does
+        splits = {}
+        for v in (space.vpp or (1, 2, 3, 4, 5, 6, 8, 10)):
+            sp_v = pipeline_split(L, pp) if v == 1 else (pipeline_split_vpp(L, pp, v) if pp > 1 else None)
+            if sp_v is None or (v > 1 and not space.uneven_pipeline and sp_v[0] is not None):
+                continue
+            if all(c % v == 0 for c in sp_v if c):
+                splits[v] = sp_v
+        if not splits:
             continue
-        first, last, per_mid = split
-        stage_counts = [c for c in (first, last, per_mid) if c]
-        # full recompute of n layers per chunk (clipped to each chunk's size): fractions of the largest
-        # chunk, so that fraction 1.0 recomputes every layer of an uneven pipeline too
-        max_stage = max(stage_counts)
-        vpps = space.vpp or tuple(v for v in (1, 2, 3, 4, 5, 6, 8, 10)
-                                  if all(c % v == 0 for c in stage_counts))
+        vpps = tuple(splits)
         sps = (False,) if tp == 1 else space.sequence_parallel   # SP needs tp > 1
         etps = tuple(dict.fromkeys(v for e in space.etp for v in ((1, tp) if e is None else (e,)))) if moe \
             else (None,)
@@ -157,6 +184,10 @@ def enumerate_plans(model, world_size: int, global_batch_size: int, seq_length: 
                                                     space.optimizer):
             if vpp > 1 and pp == 1:
                 continue
+            first, last, per_mid = splits[vpp]
+            # full recompute of n layers per chunk (clipped to each chunk's size): fractions of the largest
+            # chunk, so that fraction 1.0 recomputes every layer of an uneven pipeline too
+            max_stage = max(c for c in (first, last, per_mid) if c)
             if not sp and tp > 1 and moe and ep > 1:
                 continue
             if global_batch_size % (mbs * dp):
@@ -177,12 +208,18 @@ def enumerate_plans(model, world_size: int, global_batch_size: int, seq_length: 
                     nums = tuple(sorted({max(1, int(round(chunk * f))) for f in space.full_recompute_fractions},
                                         reverse=True))
                 for n in nums:
+                    extra = dict(space.plan_fields)
+                    if vpp == 1:
+                        extra.pop("overlap_p2p_comm", None)    # an interleaved-schedule option
+                    if framework == "deepspeed":               # Megatron options
+                        extra.pop("overlap_grad_reduce", None)
+                        extra.pop("overlap_param_gather", None)
                     plans.append(ParallelPlan(
                         world_size=world_size, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp_v, vpp=vpp,
                         sequence_parallel=sp, framework=framework, distributed_optimizer=dist, zero_stage=zero,
                         micro_batch_size=mbs, global_batch_size=global_batch_size, seq_length=seq_length,
                         dtype=dtype, recompute=rc, recompute_num_layers=n, flash_attention=flash_attention or cp > 1,
-                        num_layers_first_stage=first, num_layers_last_stage=last))
+                        num_layers_first_stage=first, num_layers_last_stage=last, **extra))
     return plans
 
 
@@ -259,22 +296,28 @@ def search(model, world_size: int, global_batch_size: int, *, gpu: str = "H100",
            dtype: str = "bf16", topology=None, hw: HardwareSpec | None = None, top_k: int = 3,
            confirm: bool = True, workers: int = 1, mem_options: MemoryOptions | None = None,
            progress: bool = False, max_candidates: int | None = None,
-           use_compute_db: bool = True) -> SearchResult:
+           use_compute_db: bool = True, db=None, net_calibration=None,
+           flash_attention: bool = True) -> SearchResult:
     """Search the plan space for the fastest plan that fits (see module docstring).
 
     `use_compute_db=False` times kernels with the roofline of `hw` (its efficiencies) instead of
-    compute_db, as PerfLLM does for that tool's system files."""
+    compute_db, as PerfLLM does for that tool's system files. `db`: the ComputeDB to use
+    (compute_db.open_db(path, gpu_file); default the shipped one); `net_calibration`: a netsim
+    network calibration for the flow confirmation."""
     from sim.analysis.steptime import hardware_from_gpu
     if not gmi_error_GiB >= 0:  # negative headroom would report plans larger than the device as feasible
         from sim.errors import SimError
         raise SimError(f"gmi_error: expected GiB >= 0 (got {gmi_error_GiB!r})")
     t0 = time.perf_counter()
     seq = seq_length or model.seq_length
-    hw = hw or hardware_from_gpu(gpu, dtype)
-    db = _open_db() if use_compute_db else None
+    if use_compute_db and db is None:
+        db = _open_db()
+    elif not use_compute_db:
+        db = None
+    hw = hw or hardware_from_gpu(gpu, dtype, db=db)
     mem_options = mem_options or MemoryOptions()
     ctx = _Ctx(model, hw, gmi_error_GiB, use_reserved_memory, mem_options, topology, db)
-    plans = enumerate_plans(model, world_size, global_batch_size, seq, space, dtype)
+    plans = enumerate_plans(model, world_size, global_batch_size, seq, space, dtype, flash_attention)
     if max_candidates is not None:
         plans = plans[:max_candidates]
     comm = mpi_comm()
@@ -315,7 +358,7 @@ def search(model, world_size: int, global_batch_size: int, *, gpu: str = "H100",
     if db is None and use_compute_db:
         result.notes.append("compute_db.open_db not importable: kernel times from the roofline fallback")
     if confirm and ranked and top_k > 0:
-        _confirm(result, model, topology, gpu, top_k, progress)
+        _confirm(result, model, topology, gpu, top_k, progress, db=db, net_calibration=net_calibration)
     result.elapsed_s = time.perf_counter() - t0
     return result
 
@@ -331,7 +374,8 @@ def _open_db():
         return None
 
 
-def _confirm(result: SearchResult, model, topology, gpu: str, top_k: int, progress: bool = False) -> None:
+def _confirm(result: SearchResult, model, topology, gpu: str, top_k: int, progress: bool = False,
+             db=None, net_calibration=None) -> None:
     """Re-time the top-K plans with the flow backend of the event-driven simulator."""
     try:
         from sim import simulate
@@ -353,7 +397,8 @@ def _confirm(result: SearchResult, model, topology, gpu: str, top_k: int, progre
             print(f"confirming {i + 1}/{len(top)} with the flow backend: {plan_label(c.plan)}",
                   file=sys.stderr, flush=True)
         try:
-            rep = simulate(generate(model, c.plan), topology, gpu=gpu, network="flow")
+            rep = simulate(generate(model, c.plan), topology, gpu=gpu, network="flow", db=db,
+                           net_calibration=net_calibration)
             mine[i] = (float(rep.iteration_time_s), "")
         except Exception as exc:  # noqa: BLE001 - recorded, the screening result stands
             mine[i] = (math.nan, f"flow confirmation failed for {plan_label(c.plan)}: {exc}")
@@ -403,8 +448,9 @@ def plan_label(p) -> str:
 
 CSV_FIELDS = ("rank", "plan", "world_size", "tp", "sequence_parallel", "pp", "num_layers_first_stage",
               "num_layers_last_stage", "vpp", "cp", "ep", "etp", "dp", "micro_batch_size", "num_microbatches",
-              "global_batch_size", "seq_length", "dtype", "flash_attention", "recompute", "recompute_num_layers", "framework", "distributed_optimizer",
-              "zero_stage", "iteration_time_s", "flow_iteration_time_s", "mfu_6nd_with_attn", "hfu",
+              "global_batch_size", "seq_length", "dtype", "flash_attention", "recompute", "recompute_num_layers",
+              "framework", "distributed_optimizer", "zero_stage", "grad_reduce_dtype", "overlap_grad_reduce",
+              "overlap_param_gather", "overlap_p2p_comm", "iteration_time_s", "flow_iteration_time_s", "mfu_6nd_with_attn", "hfu",
               "tokens_per_s_per_gpu", "bubble_s", "exposed_tp_s", "exposed_cp_s", "exposed_ep_s",
               "exposed_dp_s", "exposed_pp_s", "peak_mem_bytes", "peak_mem_with_reserved_bytes", "peak_path")
 
@@ -420,7 +466,9 @@ def _row(i: int, c: Candidate) -> dict:
             "flash_attention": p.flash_attention,
             "recompute": p.recompute, "recompute_num_layers": p.recompute_num_layers or "",
             "framework": p.framework, "distributed_optimizer": p.distributed_optimizer,
-            "zero_stage": p.zero_stage, "iteration_time_s": f"{c.iteration_time_s:.6g}",
+            "zero_stage": p.zero_stage, "grad_reduce_dtype": p.grad_reduce_dtype,
+            "overlap_grad_reduce": p.overlap_grad_reduce, "overlap_param_gather": p.overlap_param_gather,
+            "overlap_p2p_comm": p.overlap_p2p_comm, "iteration_time_s": f"{c.iteration_time_s:.6g}",
             "flow_iteration_time_s": "" if math.isnan(c.flow_iteration_time_s) else f"{c.flow_iteration_time_s:.6g}",
             "mfu_6nd_with_attn": f"{c.mfu_6nd_with_attn:.4f}", "hfu": f"{c.hfu:.4f}",
             "tokens_per_s_per_gpu": f"{c.tokens_per_s_per_gpu:.2f}", "bubble_s": f"{c.bubble_s:.6g}",

@@ -9,7 +9,12 @@ Assembly (per micro-batch, bottleneck stage):
   attention kernel; backward = dgrad + wgrad + backward kernels + mirrored collectives + recompute;
 - iteration = (m + (p − 1)/v) × (fwd + bwd of the slowest stage) + exposed pipeline p2p
   + exposed DP gradient reduction (what does not hide behind the last micro-batch's backward)
-  + exposed parameter all-gather (distributed optimizer; hides behind the first forward) + optimizer step.
+  + exposed parameter all-gather (distributed optimizer; hides behind the first forward) + optimizer step;
+  without overlap_grad_reduce / overlap_param_gather (plan fields) those are fully exposed, in the
+  plan's gradient dtype (workload_gen.dp_comm.grad_reduce_bytes);
+- per kernel the same launch costs as the simulator (sim.overheads): a kernel occupies the stream for
+  max(its time, the host's issue time) + the launch gap (runs of short kernels are host-bound);
+  optimizer-side kernels at their real size (zero-grad, gradient norm, Adam: dp_comm).
 Ignored (the event-driven simulator models them): contention between groups, stream-level overlap
 details, per-stage imbalance beyond the slowest stage. Confirm the best plans with `sim.simulate`.
 """
@@ -29,9 +34,9 @@ from sim.analysis.opwalk import (
     recompute_group,
 )
 from sim.analysis.stagefacts import layer_assignment, rank_params
-from workload_gen.dp_comm import megatron_bucket_elements
+from sim.overheads import HOST_PER_KERNEL_S, KERNEL_GAP_S
+from workload_gen.dp_comm import grad_reduce_bytes, megatron_bucket_elements
 
-LAUNCH_S = 4e-6            # per-kernel launch/tail overhead on the compute stream
 GEMM_PEAK_EFF = 0.78       # large-GEMM efficiency (H100 measured 70–85% of dense peak, hardware.md)
 HBM_EFF = 0.80             # achievable fraction of HBM bandwidth for memory-bound kernels
 NVLINK_EFF = 370 / 450     # NCCL busbw / NVLink4 line rate (hardware.md)
@@ -58,9 +63,13 @@ class HardwareSpec:
     inter_latency_s: float = ALPHA_INTER_S
 
 
-def hardware_from_gpu(gpu: str, dtype: str = "bf16", gpus_per_server: int = 8) -> HardwareSpec:
-    from compute_db.gpus import get_gpu
-    g = get_gpu(gpu)
+def hardware_from_gpu(gpu: str, dtype: str = "bf16", gpus_per_server: int = 8, db=None) -> HardwareSpec:
+    """HardwareSpec of a GPU of the compute_db table (`db`: a ComputeDB whose user GPUs count too)."""
+    if db is not None and hasattr(db, "gpu"):
+        g = db.gpu(gpu)
+    else:
+        from compute_db.gpus import get_gpu
+        g = get_gpu(gpu)
     return HardwareSpec(g.name, float(g.peak_flops.get(dtype, g.peak_flops["bf16"])), float(g.hbm_Bps),
                         float(g.hbm_bytes), float(g.nvlink_Bps), float(g.nic_Bps), gpus_per_server)
 
@@ -103,13 +112,14 @@ class KernelTimer:
             tc = flops * (0.5 if op.causal else 1.0) / (hw.peak_flops * hw.attn_efficiency)
         else:
             tc = 0.0
-        return max(tc, nbytes / (hw.hbm_Bps * HBM_EFF)) + LAUNCH_S
+        return max(tc, nbytes / (hw.hbm_Bps * HBM_EFF))
 
     def time(self, op: WalkOp, variant: str = "fwd") -> float:
+        """Stream time of one kernel: max(kernel, host issue) + launch gap (sim.overheads)."""
         key = (op.kind, op.shape, variant, op.causal)
         t = self._cache.get(key)
         if t is None:
-            t = self._lookup(op, variant)
+            t = max(self._lookup(op, variant), HOST_PER_KERNEL_S) + KERNEL_GAP_S
             self._cache[key] = t
         return t
 
@@ -293,13 +303,16 @@ def estimate_step(model, plan, hw: HardwareSpec, *, db=None, topology=None, sele
         p2p = ct.time("send", "pp", 2 * (D.T // D.tsp) * D.h)
         exposed["PP"] = 2 * p2p * (m + pp - 1)
 
-    # data-parallel gradient reduction and parameter gather (bucketed, overlapped)
+    # data-parallel gradient reduction and parameter gather (bucketed, overlapped unless the plan says not)
     rp = rank_params(model, plan, slow)
     deepspeed = plan.framework == "deepspeed"
     bucket_el = plan.reduce_bucket_elements if deepspeed else megatron_bucket_elements(plan)
     dist = plan.distributed_optimizer or plan.zero_stage >= 1
     n_layers_stage = max(1, sum(len(c) for c in assign[slow]))
-    window = stage_b[slow] / vpp
+    gb = grad_reduce_bytes(plan)
+    overlap_grad = deepspeed or plan.overlap_grad_reduce
+    overlap_gather = deepspeed or plan.overlap_param_gather
+    window = stage_b[slow] / vpp if overlap_grad else 0.0
     dp_t = 0.0
     for n_params, kind in ((rp.dense, "dp_cp"), (rp.expert, "edp")):
         if n_params <= 0:
@@ -307,12 +320,12 @@ def estimate_step(model, plan, hw: HardwareSpec, *, db=None, topology=None, sele
         buckets = max(1, math.ceil(n_params / max(1, bucket_el)))
         if plan.zero_stage >= 2:
             # partitioned gradients: DeepSpeed reduce-scatters them after every micro-batch's backward
-            t_red = ct.time("reduce_scatter", kind, 4 * n_params)
+            t_red = ct.time("reduce_scatter", kind, gb * n_params)
             dp_t += m * max(t_red / buckets, t_red - window)
         else:
             op = "reduce_scatter" if dist else "all_reduce"
-            t_red = ct.time(op, kind, 4 * n_params)
-            dp_t += max(t_red / buckets, t_red - window)
+            t_red = ct.time(op, kind, gb * n_params)
+            dp_t += max(t_red / buckets, t_red - window) if overlap_grad else t_red
         if plan.zero_stage >= 3:
             # weights gathered layer by layer before every forward and backward of every micro-batch;
             # the first gather of each pass cannot hide behind compute
@@ -321,12 +334,15 @@ def estimate_step(model, plan, hw: HardwareSpec, *, db=None, topology=None, sele
             dp_t += m * max(2 * t_one, 2 * t_all - (stage_f[slow] + stage_b[slow]))
         elif dist:
             t_ag = ct.time("all_gather", kind, 2 * n_params)
-            dp_t += max(t_ag / buckets, t_ag - stage_f[slow])
+            dp_t += max(t_ag / buckets, t_ag - stage_f[slow]) if overlap_gather else t_ag
     if pp > 1 and model.tie_embeddings:
-        dp_t += ct.time("all_reduce", "embedding", 4 * D.vocab // plan.tp * D.h)
+        dp_t += ct.time("all_reduce", "embedding", gb * D.vocab // plan.tp * D.h)
     exposed["DP"] = dp_t
     shard = (rp.dense / (plan.dp * plan.cp) + rp.expert / max(1, plan.edp)) if dist else rp.total
-    optimizer_s = shard * 32.0 / (hw.hbm_Bps * HBM_EFF) + LAUNCH_S * 20
+    # dp_comm's optimizer-side kernels: Adam 30 B + gradient norm 4 B (+ fp32 copy of 16-bit grads,
+    # + fp16 unscale 8 B) per shard parameter; zero_grad_buffer over every local parameter
+    per_shard = 30.0 + 4.0 + (gb + 4.0 if gb < 4 else 0.0) + (8.0 if plan.dtype == "fp16" else 0.0)
+    optimizer_s = (shard * per_shard + rp.total * gb) / (hw.hbm_Bps * HBM_EFF) + 5 * (HOST_PER_KERNEL_S + KERNEL_GAP_S)
     compute_s = m * stage_comp[slow]
     it = (m + (pp - 1) / vpp) * chunk_s + exposed["PP"] + exposed["DP"] + optimizer_s
     return StepEstimate(it, compute_s, m * stage_rec[slow], exposed, bubble, optimizer_s, chunk_s,

@@ -189,7 +189,10 @@ def test_ranked_csv_rows_rebuild_valid_plans(small_search, tmp_path):
             micro_batch_size=int(row["micro_batch_size"]), global_batch_size=int(row["global_batch_size"]),
             seq_length=int(row["seq_length"]), dtype=row["dtype"], recompute=row["recompute"],
             recompute_num_layers=opt_int(row["recompute_num_layers"]),
-            flash_attention=row["flash_attention"] == "True")
+            flash_attention=row["flash_attention"] == "True", grad_reduce_dtype=row["grad_reduce_dtype"],
+            overlap_grad_reduce=row["overlap_grad_reduce"] == "True",
+            overlap_param_gather=row["overlap_param_gather"] == "True",
+            overlap_p2p_comm=row["overlap_p2p_comm"] == "True")
         assert p == c.plan and p.dp == int(row["dp"])
         validate_plan(m, p)
         assert int(row["peak_mem_with_reserved_bytes"]) <= res.memory_budget_bytes
@@ -233,3 +236,22 @@ def test_moe_default_expert_tp_tries_one_and_tp():
     assert {(p.tp, p.etp) for p in plans} == {(1, 1), (2, 1), (2, 2), (4, 1), (4, 4)}
     assert {p.etp for p in enumerate_plans(get_model("llama3-8b"), 16, 16, 4096,
                                            SearchSpace(tp=(2,), pp=(1,), cp=(1,)))} == {None}
+
+
+def test_uneven_pipeline_with_vpp_in_the_search_space():
+    """126 layers on pp 16: the plain uneven split (7, 8 x 14, 7) cannot take vpp 2; the search offers the
+    megatron-core-valid uneven split with every stage divisible by vpp: (6, 8 x 14, 8)."""
+    from sim.analysis.search import pipeline_split, pipeline_split_vpp
+    from workload_gen.plan_validation import validate_plan
+    assert pipeline_split(126, 16) == (7, 7, 8)
+    assert pipeline_split_vpp(126, 16, 2) == (6, 8, 8)
+    assert pipeline_split_vpp(126, 16, 4) is None           # 14 layers left cannot split in fours
+    assert pipeline_split_vpp(128, 16, 4) == (None, None, 8)  # even split kept when it divides
+    m = get_model("llama3-405b")
+    space = SearchSpace(tp=(8,), pp=(16,), vpp=(1, 2), cp=(1,), sequence_parallel=(True,), micro_batch_size=(1,),
+                        recompute=("none",), optimizer=("distributed",))
+    plans = enumerate_plans(m, 1024, 1024, 8192, space)
+    got = {(p.vpp, p.num_layers_first_stage, p.num_layers_last_stage) for p in plans}
+    assert got == {(1, 7, 7), (2, 6, 8)}
+    for p in plans:
+        validate_plan(m, p)

@@ -11,8 +11,9 @@ def test_lookup(capsys):
     assert main(["compute-db", "lookup", "--gpu", "H100", "--kind", "gemm", "--shape", "m=4096,n=4096,k=4096"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("gemm/fwd/bf16/m=4096,n=4096,k=4096 on H100: ")
-    # fp16 measured at this shape (Vidur); a bf16 query is pinned by that measurement
-    assert "(interpolated; log-space interpolation between measured kernels on H100" in out and "TFLOP/s" in out
+    # fp16 measured at this shape (Vidur); a bf16 query is answered by that measurement (monotone-smoothed)
+    assert "(interpolated; the same kernel measured on H100 in an equivalent layout/dtype (monotone along m))" in out
+    assert "TFLOP/s" in out
 
 
 def test_bad_shape_and_gpu(capsys):
@@ -170,7 +171,8 @@ def test_import_aiob_embedding_uses_megatrons_padded_vocab(tmp_path, capsys):
 
 @pytest.mark.parametrize("extra,needle", [
     # regressions: an unknown family printed an empty table with exit 0; negative token floors were taken
-    (["--family", "nosuch"], "--family: unknown op family nosuch (known: cross_entropy, elementwise"),
+    (["--family", "nosuch"], "--family: unknown op family nosuch (known: attn_decode, cross_entropy, elementwise"),
+    (["--by", "shape", "--family", "rmsnorm2"], "--family: unknown kernel kind rmsnorm2 (known: attn_bmm, attn_decode"),
     (["--min-tokens", "-5"], "--min-tokens: must be >= 0, got -5"),
 ])
 def test_calibrate_rejects_bad_options(capsys, extra, needle):
@@ -181,6 +183,42 @@ def test_calibrate_rejects_bad_options(capsys, extra, needle):
 
 def test_calibrate_marks_families_the_token_filter_cannot_apply_to(capsys):
     # element-wise keys carry numel, not tokens: they were silently reported as ">= 64 tokens"
-    assert main(["compute-db", "calibrate", "--gpu", "H100", "--family", "elementwise", "--family", "gemm"]) == 0
+    assert main(["compute-db", "calibrate", "--gpu", "H100", "--family", "elementwise", "--family", "rmsnorm"]) == 0
     out = capsys.readouterr().out
-    assert "| elementwise * |" in out and "| gemm |" in out and out.rstrip().splitlines()[-1].startswith("* all sizes")
+    assert "| elementwise * |" in out and "| rmsnorm |" in out and out.rstrip().splitlines()[-1].startswith("* all sizes")
+    # the "all" row pools both families: its kernel count is the sum of theirs
+    rows = {line.split("|")[1].strip(): int(line.split("|")[2]) for line in out.splitlines()
+            if line.startswith("| ") and line.split("|")[2].strip().isdigit()}
+    assert rows["all"] == rows["elementwise *"] + rows["rmsnorm"]
+
+
+def test_import_simumax_then_lookup(tmp_path, capsys, shared_dir):
+    db = tmp_path / "smx.sqlite"
+    assert main(["compute-db", "import-simumax", str(shared_dir / "data" / "simumax_efficiency"), "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "imported 749 SimuMax kernel rows and 8 HBM-efficiency figures (A100-80GB-PCIe, B200)" in out
+    assert main(["compute-db", "lookup", "--db", str(db), "--gpu", "B200", "--kind", "gemm", "--variant", "wgrad",
+                 "--shape", "m=8192,n=10240,k=4096"]) == 0
+    out = capsys.readouterr().out
+    # NT row m=10240 n=8192 k=4096 (our wgrad keys carry X^T.dY: n and m swapped)
+    assert "gemm/wgrad/bf16/m=8192,n=10240,k=4096 on B200" in out and "(measured; simumax-v1.2)" in out
+
+
+def test_build_shipped_bad_folder_one_line(tmp_path, capsys):
+    out = tmp_path / "k.sqlite"
+    assert main(["compute-db", "build-shipped", "--shared", str(tmp_path / "nope"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "reference data folder not found" in err and not out.exists()
+
+
+@pytest.mark.slow
+def test_build_shipped_reproduces_the_shipped_db(tmp_path, capsys, shared_dir):
+    from compute_db import store
+    from compute_db.db import SHIPPED_DB
+    out = tmp_path / "k.sqlite"
+    assert main(["compute-db", "build-shipped", "--shared", str(shared_dir), "--out", str(out)]) == 0
+    msg = capsys.readouterr().out
+    assert "64525 kernel rows" in msg and "8 figures" in msg
+    assert store.read_rows(out) == store.read_rows(SHIPPED_DB)
+    assert store.read_figures(out) == store.read_figures(SHIPPED_DB)
+    assert out.stat().st_size < 3_000_000

@@ -14,14 +14,15 @@ from workload_gen.workload import COMPUTE_KINDS, ChunkProgram, ComputeOp, StageP
 
 TINY = {"m": 16, "n": 8, "k": 32, "groups": 2, "batch": 2, "seq_q": 16, "seq_kv": 16, "heads": 4, "kv_heads": 2,
         "head_dim_qk": 8, "head_dim_v": 8, "rows": 8, "cols": 16, "tokens": 16, "hidden": 32, "width": 16,
-        "head_dim": 8, "numel": 256, "vocab": 64, "experts": 8, "topk": 2, "params": 1000, "bytes": 4096}
+        "head_dim": 8, "numel": 256, "vocab": 64, "experts": 8, "topk": 2, "params": 1000, "bytes": 4096,
+        "kv_tokens": 64}
 
 
 def _all_tiny_keys():
     keys = []
     for kind, fields in COMPUTE_KINDS.items():
         variants = {"gemm": ["fwd", "dgrad", "wgrad"], "grouped_gemm": ["fwd", "dgrad", "wgrad"],
-                    "optimizer": ["step"], "memcpy": ["fwd"]}.get(kind, ["fwd", "bwd"])
+                    "optimizer": ["step"], "memcpy": ["fwd"], "attn_decode": ["fwd"]}.get(kind, ["fwd", "bwd"])
         for v in variants:
             keys.append(make_key(kind, v, {f: TINY[f] for f in fields}, "fp32" if kind == "optimizer" else "bf16",
                                  causal=kind == "flash_attn"))

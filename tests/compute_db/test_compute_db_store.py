@@ -138,3 +138,71 @@ def test_readers_while_a_writer_writes(tmp_path):
         t.join()
     assert errors == []
     assert len(store.read_rows(db, "H100")) == 21
+
+
+def _sweep(n=20, gpu="H100", source="sweep"):
+    key = lambda m: make_key("gemm", "fwd", {"m": m, "n": 4096, "k": 4096}, "fp16")   # noqa: E731
+    return [store.KernelRow(gpu, key(8 * (i + 1)), 1e-5 + i * 1e-6, 1e-5 + i * 1.1e-6, 9e-6 + i * 1e-6,
+                            1e-7 * i, 5, "imported", source) for i in range(n)]
+
+
+def test_series_pack_round_trip(tmp_path):
+    rows = _sweep(20) + [_row(64)]          # a 20-point m sweep packs; a single row stays plain
+    plain, series = store.pack_series(rows)
+    assert len(series) == 1 and len(plain) == 1 and series[0].field == "m" and series[0].values.tolist()[:3] == [8, 16, 24]
+    db = tmp_path / "s.sqlite"
+    store.write_fresh(db, rows, pack=True)
+    back = {(r.key, r.source): r for r in store.read_rows(db)}
+    assert len(back) == 21
+    for r in rows:
+        b = back[(r.key, r.source)]
+        assert b.median_s == r.median_s                          # medians are stored exactly (float64)
+        assert b.mean_s == pytest.approx(r.mean_s, rel=1e-6)     # mean/min/std as float32
+        assert (b.samples, b.provenance, b.gpu) == (r.samples, r.provenance, r.gpu)
+    assert store.summary(db) == [("H100", "gemm", "imported", 20), ("H100", "gemm", "measured", 1)]
+    # a plain row written later replaces that point of the series (same gpu, key, source)
+    store.write_rows(db, [store.KernelRow("H100", rows[3].key, 7e-3, 7e-3, 7e-3, 0.0, 1, "imported", "sweep")])
+    assert open_db(db, layer_shipped=False).lookup_key(rows[3].key, "H100").time_s == 7e-3
+    assert len(store.read_rows(db)) == 21
+
+
+def test_schema_1_file_is_read_and_upgraded_on_write(tmp_path):
+    db = tmp_path / "v1.sqlite"
+    conn = sqlite3.connect(db)
+    conn.executescript("""CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE kernels (gpu TEXT NOT NULL, key TEXT NOT NULL, kind TEXT NOT NULL, variant TEXT NOT NULL,
+        dtype TEXT NOT NULL, mean_s REAL NOT NULL, median_s REAL NOT NULL, min_s REAL NOT NULL, std_s REAL NOT NULL,
+        samples INTEGER NOT NULL, provenance TEXT NOT NULL, source TEXT NOT NULL, device TEXT NOT NULL DEFAULT '',
+        driver TEXT NOT NULL DEFAULT '', torch TEXT NOT NULL DEFAULT '', cuda TEXT NOT NULL DEFAULT '',
+        date TEXT NOT NULL DEFAULT '', PRIMARY KEY (gpu, key, source));
+        INSERT INTO meta VALUES ('format', 'clustersim-compute-db'), ('schema_version', '1');
+        INSERT INTO kernels VALUES ('H100', 'gemm/fwd/bf16/m=64,n=128,k=256', 'gemm', 'fwd', 'bf16', 1e-5, 1e-5,
+        1e-5, 0, 1, 'measured', 'old', '', '', '', '', '');""")
+    conn.commit()
+    conn.close()
+    assert [r.median_s for r in store.read_rows(db)] == [1e-5]
+    assert store.gpus_in(db) == ["H100"]
+    store.write_data(db, figures=[store.Figure("H100", "default", "", "hbm_efficiency", 0.8, "test")])
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT value FROM meta WHERE name='schema_version'").fetchone() == ("2",)
+    conn.close()
+    assert store.read_figures(db)[0].value == 0.8 and len(store.read_rows(db)) == 1
+
+
+def test_corrupt_series_blob_clear_error(tmp_path):
+    db = tmp_path / "s.sqlite"
+    store.write_fresh(db, _sweep(10), pack=True)
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE series SET median_s = X'00010203'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(ComputeDBError, match=r"s.sqlite: series gemm/fwd/fp16/m=\*,n=4096,k=4096 \(sweep\): corrupt"):
+        store.read_rows(db)
+
+
+def test_bad_figures_rejected(tmp_path):
+    with pytest.raises(ComputeDBError, match="figure 1: figure hbm_efficiency must be a positive efficiency"):
+        store.write_data(tmp_path / "f.sqlite", figures=[store.Figure("H100", "default", "", "hbm_efficiency", -1,
+                                                                      "x")])
+    with pytest.raises(ComputeDBError, match="figure name must be one of hbm_efficiency"):
+        store.write_data(tmp_path / "f.sqlite", figures=[store.Figure("H100", "default", "", "tflops", 0.5, "x")])

@@ -1,5 +1,8 @@
 """The bundled (lock-step) schedules the flow backend runs agree with the step-level p2p DAGs run
-transfer by transfer through the same engine, for large messages where pipeline fill is small."""
+transfer by transfer through the same engine, for large messages where pipeline fill is small.
+
+Both sides use the Simple protocol and the same per-hop latencies and per-call delay; the bundle's
+pipeline-fill factor is switched off (fill_scale=0) because the DAGs pipeline their pieces explicitly."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import pytest
 topo = pytest.importorskip("topo")
 
 from netsim import CollectiveRequest as Req  # noqa: E402
+from netsim import NetCalibration  # noqa: E402
 from netsim.backend import FlowNetwork, Planner, step_level_time_s  # noqa: E402
 from netsim.dag import build_dag  # noqa: E402
 
@@ -16,7 +20,8 @@ S = 256 << 20
 
 @pytest.fixture(scope="module")
 def planner():
-    return Planner(topo.build("spectrum-x", gpus=16, nvlink_bandwidth_Bps=450e9))
+    return Planner(topo.build("spectrum-x", gpus=16, nvlink_bandwidth_Bps=450e9),
+                   net_calibration=NetCalibration(fill_scale=0.0))
 
 
 @pytest.mark.parametrize("op,alg,n,pieces,rel", [
@@ -35,13 +40,14 @@ def test_step_level_matches_bundle(planner, op, alg, n, pieces, rel):
     servers = [list(range(i, min(i + 8, n))) for i in range(0, n, 8)]
     dag = build_dag(op, alg, servers, S, pieces=pieces)
     step = step_level_time_s(planner, dag, tuple(range(n)), check_invariants=True)
-    bundle = FlowNetwork(None, planner=planner).estimate(Req(op, tuple(range(n)), S, alg))
+    bundle = FlowNetwork(None, planner=planner).estimate(Req(op, tuple(range(n)), S, alg, protocol="Simple"))
     assert step == pytest.approx(bundle, rel=rel)
 
 
 @pytest.fixture(scope="module")
 def planner32():
-    return Planner(topo.build("spectrum-x", gpus=32, nvlink_bandwidth_Bps=450e9))
+    return Planner(topo.build("spectrum-x", gpus=32, nvlink_bandwidth_Bps=450e9),
+                   net_calibration=NetCalibration(fill_scale=0.0))
 
 
 @pytest.mark.parametrize("op,alg,n", [
@@ -57,5 +63,5 @@ def test_small_messages_cross_server_latency_matches_step_dag(planner32, op, alg
     servers = [list(range(i, min(i + 8, n))) for i in range(0, n, 8)]
     dag = build_dag(op, alg, servers, 16.0, pieces=1)
     step = step_level_time_s(planner32, dag, tuple(range(n)))
-    bundle = FlowNetwork(None, planner=planner32).estimate(Req(op, tuple(range(n)), 16, alg))
+    bundle = FlowNetwork(None, planner=planner32).estimate(Req(op, tuple(range(n)), 16, alg, protocol="Simple"))
     assert bundle == pytest.approx(step, rel=0.02)

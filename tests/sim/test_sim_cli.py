@@ -24,7 +24,9 @@ def test_run_small_writes_all_outputs(tmp_path, capsys):
     assert names == ["EndToEnd.csv", "breakdown.png", "summary.json", "summary.txt", "timeline.png", "trace.json"]
     summary = json.loads((out / "summary.json").read_text())
     T = summary["iteration_time_s"]
-    parts = summary["compute_s"] + summary["bubble_s"] + sum(summary["exposed_comm_s"].values())
+    parts = (summary["compute_s"] + summary["bubble_s"] + sum(summary["exposed_comm_s"].values())
+             + summary["overhead_s"])
+    assert summary["overhead_s"] > 0 and 0 <= summary["overlap_slowdown_s"] < summary["compute_s"]
     assert parts == pytest.approx(T, rel=1e-9)
     assert set(summary["exposed_comm_s"]) == {"TP", "CP", "EP", "DP", "PP"}
     assert 0 < summary["mfu"] < 1

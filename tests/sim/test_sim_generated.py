@@ -24,7 +24,7 @@ def _run(model, network="analytical", **plan):
 
 def _check_split(rep):
     for st in rep.stages:
-        total = st["compute_s"] + st["bubble_s"] + sum(st["exposed_comm_s"].values())
+        total = st["compute_s"] + st["bubble_s"] + sum(st["exposed_comm_s"].values()) + st["overhead_s"]
         assert total == pytest.approx(rep.iteration_time_s, rel=1e-9)
 
 

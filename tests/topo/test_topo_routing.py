@@ -168,3 +168,44 @@ def test_nic_bandwidth_per_gpu_sets_port_rate():
     hpn = build("alibaba-hpn", gpus=128, nic_bandwidth_per_gpu_Bps="800Gbps")  # 2 x 400G ports
     assert hpn.network_bandwidth_of(0) == 100e9
     assert {lk.bandwidth_Bps for lk in hpn.links if lk.src == 0 and lk.kind == "network"} == {50e9}
+
+
+def test_rail_aligned_routes_keep_a_rail_in_its_plane():
+    """rail_aligned=True (NCCL-like collectives): same-rail pairs pick next hops by D-mod-k on the
+    destination NIC endpoint (e = server x rails + rail). On a k=16 fat tree (8 NICs per edge switch =
+    one server) the edge switch has 8 up-links to aggregation switches 0..7 of its pod: rail r goes up
+    to aggregation switch r, and a same-rail pair in another pod goes through core r*8 + (server mod 8)
+    ((e // 8) mod 8 among the 8 cores of aggregation switch r). Pairs on different rails keep the hash."""
+    t = build("fat-tree", gpus=128, k=16)
+    plain, rail = Router(t), Router(t, rail_aligned=True)
+    aggs = [n.id for n in t.nodes if n.tier == "psw"]          # pod by pod, 8 per pod
+    cores = [n.id for n in t.nodes if n.tier == "csw"]         # aggregation j of a pod links cores j*8 .. j*8+7
+    for src in range(0, 128, 3):
+        for dst in range(128):
+            if src // 8 == dst // 8:
+                continue
+            p = rail.path(src, dst, flow_key=src * 7 + dst)
+            _check_chain(t, p, src, dst)
+            assert len(p) == len(plain.path(src, dst, flow_key=src * 7 + dst))      # still shortest
+            if src % 8 != dst % 8:
+                assert p == plain.path(src, dst, flow_key=src * 7 + dst)             # cross-rail: ECMP hash
+                continue
+            up_agg = t.links[p[1]].dst
+            assert up_agg in aggs and aggs.index(up_agg) % 8 == src % 8              # rail r -> aggregation r
+            if src // 64 != dst // 64:                                               # across pods: via a core
+                core = t.links[p[2]].dst
+                assert cores.index(core) == (src % 8) * 8 + (dst // 8) % 8
+            # the flow key does not matter for same-rail traffic
+            assert rail.path(src, dst, flow_key=12345) == p
+
+
+def test_rail_aligned_is_collision_free_for_ring_hops():
+    """Every rail's ring over the 16 servers (hop s -> s+1): no directed link carries two hops."""
+    t = build("fat-tree", gpus=128, k=16)
+    rail = Router(t, rail_aligned=True)
+    used = Counter()
+    for r in range(8):
+        for s in range(16):
+            for lid in rail.path(s * 8 + r, ((s + 1) % 16) * 8 + r):
+                used[lid] += 1
+    assert max(used.values()) == 1

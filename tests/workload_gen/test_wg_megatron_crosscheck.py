@@ -216,6 +216,7 @@ CASES = [
     (LLAMA, dict(world_size=4, tp=4)),
     (LLAMA, dict(world_size=4, tp=2, pp=2)),
     (LLAMA, dict(world_size=8, tp=2, pp=4, num_layers_first_stage=1, num_layers_last_stage=3)),
+    (LLAMA, dict(world_size=8, tp=2, pp=4, vpp=2, num_layers_first_stage=2, num_layers_last_stage=2)),
     (MIXTRAL, dict(world_size=4, tp=1, ep=4)),
     (MIXTRAL, dict(world_size=8, tp=2, pp=2, ep=2, sequence_parallel=True)),
     (MIXTRAL, dict(world_size=8, tp=2, ep=4, etp=1, sequence_parallel=True)),
@@ -262,3 +263,52 @@ def test_embedding_tp_collective_matches_megatron_core(mcore, model):
     assert [op.collective for op in fwd] == (["reduce_scatter"] if emb.reduce_scatter_embeddings
                                              else ["all_reduce"])
     assert emb.reduce_scatter_embeddings == (model.position_embedding != "learned")
+
+
+UNEVEN_VPP = [
+    # (layers, pp, vpp, first, last)
+    (12, 3, 2, 2, 2),
+    (16, 4, 2, 2, None),
+    (14, 4, 2, None, 2),
+    (26, 4, 3, 3, 5),              # refused by megatron-core too: 5 not divisible by 3
+    (30, 4, 2, 4, 2),
+    (13, 3, 1, 5, None),
+]
+
+
+@pytest.mark.parametrize("layers,pp,vpp,first,last", UNEVEN_VPP)
+def test_uneven_pipeline_with_vpp_matches_megatron_core(mcore, layers, pp, vpp, first, last):
+    """Layer ids per (pipeline rank, virtual stage) equal megatron-core's offset + count, and a split
+    megatron-core's TransformerConfig refuses is refused by validate_plan (one line naming a field)."""
+    import torch.nn.functional as F
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+    from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
+
+    from workload_gen.errors import PlanError
+    from workload_gen.layout import layer_assignment
+    from workload_gen.plan_validation import validate_plan
+
+    model = ModelSpec(**{**LLAMA.__dict__, "num_layers": layers})
+    plan = ParallelPlan(world_size=pp, pp=pp, vpp=vpp, num_layers_first_stage=first, num_layers_last_stage=last,
+                        global_batch_size=pp * 2)
+    kw = dict(num_layers=layers, hidden_size=64, num_attention_heads=4, ffn_hidden_size=128,
+              pipeline_model_parallel_size=pp, pipeline_dtype=torch.float32, activation_func=F.silu,
+              num_layers_in_first_pipeline_stage=first, num_layers_in_last_pipeline_stage=last)
+    if vpp > 1:
+        kw["virtual_pipeline_model_parallel_size"] = vpp
+    try:
+        cfg = mcore["TC"](**kw)
+    except ValueError:
+        with pytest.raises(PlanError) as e:
+            validate_plan(model, plan)
+        assert str(e.value).split(":")[0] in ("plan.num_layers_first_stage", "plan.num_layers_last_stage",
+                                              "plan.vpp")
+        return
+    validate_plan(model, plan)
+    ours = layer_assignment(model, plan)
+    for rank in range(pp):
+        for v in range(vpp):
+            vp = v if vpp > 1 else None
+            off = get_transformer_layer_offset(cfg, vp_stage=vp, pp_rank=rank)
+            n = get_num_layers_to_build(cfg, vp_stage=vp, pp_rank=rank)
+            assert ours[rank][v] == tuple(range(off, off + n)), f"rank {rank} vp {v}"

@@ -1,0 +1,187 @@
+"""Python API of the serving simulator: one call from a model, a deployment and a request stream to
+metrics as pandas DataFrames.
+
+    from sim.serve.api import simulate_serving
+    from sim.serve.plan import ServingPlan
+    from workload_gen.requests import RequestConfig
+    run = simulate_serving("llama3-8b", ServingPlan(tp=1, scheduler="sarathi"),
+                           RequestConfig(num_requests=500, qps=4.0, lengths="chat", seed=1), gpu="H100")
+    run.requests      # DataFrame: one row per request (Vidur's request_metrics columns + ours)
+    run.replicas      # DataFrame: one row per replica
+    run.summary       # dict: P50/P90/P99 of TTFT, TBT, TPOT, E2E...; every metric with its formula
+
+The pieces (sim.serve.memory, batch_time, engine, metrics) are usable alone; this module only wires
+them: KV capacity from the memory planner, a BatchTimer on the topology, the event engine, the summary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import pandas as pd
+
+from sim.errors import SimError
+from sim.serve.batch_time import HostOverhead, ServingTimer, make_timer
+from sim.serve.engine import ServeResult, simulate
+from sim.serve.memory import KVCachePlan, plan_kv_cache_for_gpu
+from sim.serve.metrics import SLO, batch_frame, replica_frame, request_frame, summarize
+from sim.serve.plan import ServingPlan
+
+HOST_MODELS = ("none", "launch-gaps", "eager")
+DEFAULT_TOKEN_BUDGET = ServingPlan().max_tokens_per_iteration
+
+
+@dataclass
+class ServingRun:
+    """A finished serving simulation: the engine's result, the summary, and how it was set up."""
+    result: ServeResult
+    summary: dict
+    kv_plan: KVCachePlan
+    timer: ServingTimer
+    model: object
+    gpu: str
+    peak_flops_per_s: float
+    hbm_Bps: float
+    request_notes: list[str] = field(default_factory=list)
+    _frames: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        if "requests" not in self._frames:
+            self._frames["requests"] = request_frame(self.result)
+        return self._frames["requests"]
+
+    @property
+    def replicas(self) -> pd.DataFrame:
+        return replica_frame(self.result, self.peak_flops_per_s, self.hbm_Bps)
+
+    @property
+    def batches(self) -> pd.DataFrame:
+        return batch_frame(self.result)
+
+    def kernel_provenance(self) -> dict[str, float]:
+        """Fraction of simulated kernel time per compute_db source (measured / interpolated / modeled)."""
+        prov = self.timer.provenance_s()
+        total = sum(prov.values())
+        return {k: v / total for k, v in prov.items() if v > 0} if total > 0 else {}
+
+
+def host_overhead(name: str, per_iteration_s: float = 0.0) -> HostOverhead:
+    """The CPU-side model by name: none | launch-gaps (C++ runtime or CUDA graphs) | eager (Python, no graphs)."""
+    if name == "none":
+        return HostOverhead(per_iteration_s=per_iteration_s)
+    if name == "launch-gaps":
+        return replace(HostOverhead.launch_gap_only(), per_iteration_s=per_iteration_s)
+    if name == "eager":
+        return HostOverhead.eager(per_iteration_s)
+    raise SimError(f"host overhead model '{name}': expected one of {', '.join(HOST_MODELS)}")
+
+
+def _resolve_requests(requests, max_model_len: int):
+    """RequestConfig -> RequestSet/ClosedLoop trimmed to max_model_len; other inputs pass through."""
+    from workload_gen.requests import RequestConfig, make_requests
+    if isinstance(requests, RequestConfig):
+        _check_synthetic_lengths(requests, max_model_len)
+        cfg = requests if requests.max_model_len is not None else replace(requests, max_model_len=max_model_len)
+        return make_requests(cfg)
+    return requests
+
+
+def _check_synthetic_lengths(cfg, max_model_len: int) -> None:
+    """Lengths the user asked for explicitly (fixed / uniform / zipf) must fit the model: an error, where
+    trace and example lengths are trimmed (and reported)."""
+    lengths = cfg.lengths or ("trace" if cfg.arrival == "trace" else "fixed")
+    if lengths == "fixed":
+        total, what = cfg.prefill_tokens + cfg.decode_tokens, (f"{cfg.prefill_tokens} prefill + {cfg.decode_tokens} "
+                                                                 "decode tokens")
+    elif lengths in ("uniform", "zipf"):
+        total, what = cfg.max_tokens, f"max_tokens {cfg.max_tokens}"
+    else:
+        return
+    if total > max_model_len:
+        raise SimError(f"requests of {what} exceed the model's max length {max_model_len} (shorten them or set "
+                       "--max-model-len)")
+
+
+def simulate_serving(model, plan: ServingPlan, requests, *, topology=None, gpu: str | None = None, db=None,
+                     network: str = "analytical", net_calibration=None, host: HostOverhead | str = "launch-gaps",
+                     slo: SLO | None = None, seed: int = 0, progress: bool = False, keep_token_times: bool = False,
+                     trace_cap: int | None = None, mapping=None) -> ServingRun:
+    """Simulate serving `requests` with `plan.replicas` replicas of `model` on `topology`.
+
+    model: a ModelSpec, zoo name or model file; requests: a workload_gen RequestConfig (trimmed to the
+    plan's max model length, reported in `request_notes`), RequestSet or ClosedLoop; topology: a topo
+    Topology or a spec string for sim.inputs.make_topology (None: Spectrum-X with whole 8-GPU servers for
+    the deployment); gpu: compute_db GPU (None: the topology's GPU type, H100 for the default fabric);
+    db: a compute_db.ComputeDB (None: the shipped DB); host: a HostOverhead or a HOST_MODELS name.
+    """
+    from sim.inputs import make_topology, resolve_model, servers_for
+    if isinstance(model, str):
+        model = resolve_model(model)
+    if db is None:
+        from compute_db import open_db
+        db = open_db()
+    if topology is None or isinstance(topology, str):
+        spec = topology or "spectrum-x"
+        gpus = None if (":" in spec and "gpus=" in spec) else servers_for(plan.num_gpus)
+        try:
+            from pathlib import Path
+            if Path(spec).is_file():
+                gpus = None
+        except OSError:
+            pass
+        topology = make_topology(spec, gpus=gpus, gpu_type=gpu or None)
+    if int(topology.num_gpus) < plan.num_gpus:
+        raise SimError(f"topology has {topology.num_gpus} GPUs; the deployment needs {plan.num_gpus} "
+                       f"({plan.replicas} replicas x tp {plan.tp} x pp {plan.pp})")
+    if isinstance(host, str):
+        host = host_overhead(host)
+    max_len = plan.max_model_len or model.seq_length
+    plan = replace(plan, max_model_len=max_len)
+    plan_notes = []
+    if (plan.scheduler in ("vllm", "lightllm") and plan.max_tokens_per_iteration < max_len
+            and plan.max_tokens_per_iteration == DEFAULT_TOKEN_BUDGET):
+        # vLLM without chunked prefill sets max_num_batched_tokens >= max_model_len: a whole prompt must fit
+        plan = replace(plan, max_tokens_per_iteration=max_len)
+        plan_notes.append(f"max_tokens_per_iteration raised from {DEFAULT_TOKEN_BUDGET} to max_model_len {max_len} "
+                          f"({plan.scheduler} admits whole prompts)")
+    timer = make_timer(model, plan, topology, gpu, db=db, network=network, net_calibration=net_calibration,
+                       host=host, mapping=mapping)
+    spec = db.gpu(timer.gpu)
+    kv = plan_kv_cache_for_gpu(model, plan, spec.name, db)
+    reqs = _resolve_requests(requests, max_len)
+    notes = plan_notes + (list(reqs.report_lines()) if hasattr(reqs, "report_lines") else [])
+    kwargs = {} if trace_cap is None else {"trace_cap": trace_cap}
+    res = simulate(reqs, plan, timer, num_blocks=kv.num_blocks, max_model_len=max_len, seed=seed,
+                   progress=progress, keep_token_times=keep_token_times, **kwargs)
+    peak = spec.peak_flops.get(plan.weight_dtype) or spec.peak_flops.get("bf16", math.nan)
+    summary = summarize(res, peak, spec.hbm_Bps, slo)
+    run = ServingRun(res, summary, kv, timer, model, spec.name, peak, spec.hbm_Bps, notes)
+    summary["memory"] = kv_summary(kv)
+    summary["request_notes"] = notes
+    summary["kernel_time_sources"] = {"fractions": run.kernel_provenance(),
+                                      "formula": "simulated kernel seconds by compute_db source / all kernel seconds"}
+    summary["cost_model"] = {"gpu": spec.name, "network": network, "host": _host_text(host),
+                             "model": getattr(model, "name", "")}
+    return run
+
+
+def kv_summary(kv: KVCachePlan) -> dict:
+    GiB = 1024 ** 3
+    st = min(kv.stages, key=lambda s: s.blocks) if kv.stages else None
+    out = {"num_blocks": kv.num_blocks, "block_size": kv.block_size, "kv_tokens": kv.kv_tokens,
+           "source": kv.source, "max_model_len": kv.max_model_len}
+    if st is not None:
+        out.update({"gpu_GiB": st.gpu_bytes / GiB, "weights_GiB": st.weight_bytes / GiB,
+                    "activations_GiB": st.activation_bytes / GiB, "cuda_context_GiB": st.cuda_context_bytes / GiB,
+                    "nccl_GiB": st.nccl_bytes / GiB, "margin_GiB": st.margin_bytes / GiB,
+                    "kv_bytes_per_token": st.kv_bytes_per_token, "stage": st.stage,
+                    "formula": "blocks = (GPU memory - weights - activation workspace - CUDA context - NCCL "
+                               "buffers - margin) / (block_size x KV bytes per token), min over stages"})
+    return out
+
+
+def _host_text(h: HostOverhead) -> str:
+    return (f"{h.kernel_gap_s * 1e6:.1f} us GPU launch gap per kernel, {h.per_kernel_s * 1e6:.0f} us host issue "
+            f"per kernel, {h.per_iteration_s * 1e3:.2f} ms CPU per iteration")
