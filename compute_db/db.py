@@ -45,6 +45,7 @@ LARGE_ONLY_TOKENS = 1024
 PROFILE_STEP = 0.025
 PROFILE_MAX = 1 << 24
 PROFILE_BLOCK = 16
+FIT_EXTRA_STRIDE = 7
 _GRID = frozenset([1, 2, 4] + [x for k in range(3, 40) for x in (1 << k, 3 << k)])
 
 TKey = tuple   # (kind, variant, dtype, causal, dims): a KernelKey as a plain tuple (cheap to build in bulk)
@@ -105,6 +106,18 @@ def _thin(kind: str, dims: np.ndarray) -> np.ndarray:
     col = dims[:, _thin_axis(kind)]
     keep = np.isin(col, np.fromiter(_GRID, dtype=np.int64))
     return keep if keep.sum() >= MIN_FIT_POINTS else np.ones(len(dims), dtype=bool)
+
+
+def _thin_fit(kind: str, dims: np.ndarray) -> np.ndarray:
+    """The points a fit uses from a large set: the log grid of _thin, plus for GEMM kinds every
+    FIT_EXTRA_STRIDE-th measured token value. The grid values (powers of two, 3·2^k) fill GEMM tiles exactly; the extra values fall on every
+    residue of the tile sizes, so the GEMM wave term sees partly filled tiles and waves too."""
+    keep = _thin(kind, dims)
+    if keep.all() or FAMILY[kind] != "gemm":
+        return keep
+    col = dims[:, _thin_axis(kind)]
+    values = np.unique(col)
+    return keep | np.isin(col, values[FIT_EXTRA_STRIDE // 2::FIT_EXTRA_STRIDE])
 
 
 def _token_axis_of(kind: str, variant: str) -> int:
@@ -418,9 +431,9 @@ class ComputeDB:
             fam, dcls, vcls = fcls
             fgroups = []
             for kind, variant, dtype, causal, dims, times in groups:
-                keep = _thin(kind, dims) if n > THIN_ABOVE else np.ones(len(dims), dtype=bool)
+                keep = _thin_fit(kind, dims) if n > THIN_ABOVE else np.ones(len(dims), dtype=bool)
                 fgroups.append(roofline.FitGroup(kind, variant, dtype, causal, dims[keep].astype(float), times[keep],
-                                                 spec.peak_flops[dtype]))
+                                                 spec.peak_flops[dtype], spec.sms))
             prior = roofline.prior_for(fam, vcls or "fwd")
             basis = f"fit:{gpu} {fam}{'/' + vcls if vcls else ''} {dcls} ({n} kernels)"
             hold = None
@@ -432,7 +445,8 @@ class ComputeDB:
                 for other in self._candidates(gpu)[1:]:
                     hold = self._own_fit(other, fcls, anchored=False)
                     if hold is not None and hold.n_points > n:
-                        basis += f" (t0, em, x0 of fit:{other})"
+                        held = "t0, em, x0, tile weights" if hold.wave and fam == "gemm" else "t0, em, x0"
+                        basis += f" ({held} of fit:{other})"
                         break
                     hold = None
             fit = roofline.fit_groups(fam, fgroups, spec.hbm_Bps, basis, prior, hold)
@@ -541,7 +555,7 @@ class ComputeDB:
         """The bare calibrated roofline (no residual correction, no data band)."""
         spec = self.gpu(gpu)
         fit = self.family_fit(spec.name, key)
-        t = roofline.predict(fit, key, spec.peak_flops[key.dtype], spec.hbm_Bps)
+        t = roofline.predict(fit, key, spec.peak_flops[key.dtype], spec.hbm_Bps, spec.sms)
         return t, f"roofline {fit.basis} on {spec.name} spec"
 
     def _field(self, fit_gpu: str | None, cls: tuple, fit: roofline.FamilyFit) -> ResidualField | None:
@@ -557,7 +571,7 @@ class ComputeDB:
             spec = self.gpu(fit_gpu)
             kind, variant, dtype, causal = _class_key(cls)
             g = roofline.predict_many(fit, kind, variant, dtype, causal, cp.dims, spec.peak_flops[dtype],
-                                      spec.hbm_Bps)
+                                      spec.hbm_Bps, spec.sms)
             field = ResidualField(cp.dims, cp.smoothed() - np.log(g))
         self._fields[ck] = field
         return field
@@ -575,7 +589,7 @@ class ComputeDB:
         """The roofline corrected by the residual field of the measured kernels near `key` (no band)."""
         spec = self.gpu(gpu)
         fit, src = self.resolve_fit(spec.name, key)
-        t = roofline.predict(fit, key, spec.peak_flops[key.dtype], spec.hbm_Bps)
+        t = roofline.predict(fit, key, spec.peak_flops[key.dtype], spec.hbm_Bps, spec.sms)
         basis = f"roofline {fit.basis} on {spec.name} spec"
         cls, dims = class_of(key)
         field = self._field(src, cls, fit)
@@ -690,12 +704,13 @@ class ComputeDB:
         field = self._field(src, cls, fit)
         band = self._band(name, cls, cp) if cp is not None else None
         base = np.asarray(key.dims, dtype=float)
-        peak, bw = spec.peak_flops[key.dtype], spec.hbm_Bps
+        peak, bw, sms = spec.peak_flops[key.dtype], spec.hbm_Bps, spec.sms
 
         def compute(nodes: np.ndarray) -> tuple:
             dims = np.tile(base, (len(nodes), 1))
             dims[:, axis] = np.exp(nodes * PROFILE_STEP)
-            log_g = np.log(roofline.predict_many(fit, key.kind, key.variant, key.dtype, key.causal, dims, peak, bw))
+            log_g = np.log(roofline.predict_many(fit, key.kind, key.variant, key.dtype, key.causal, dims, peak, bw,
+                                                 sms))
             n = len(nodes)
             sum_wr, sum_w = field.sums(dims) if field is not None else (np.zeros(n), np.zeros(n))
             log_r = sum_wr / (interpolate.RESIDUAL_PRIOR_WEIGHT + sum_w)

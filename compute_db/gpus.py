@@ -1,6 +1,7 @@
 """GPU spec table: per-dtype dense peaks, HBM size and bandwidth, NVLink and NIC rates (SI units).
 
-The shipped table is compute_db/data/gpus.yaml (datasheet figures from reference/hardware.md). Users add
+The shipped table is compute_db/data/gpus.yaml (datasheet figures from reference/hardware.md; SM counts from
+the vendors' datasheets / whitepapers, sources in the file). Users add
 GPUs with their own YAML file of the same layout (`load_gpu_file`); names are matched case-insensitively
 and through aliases. NVLink and NIC figures are per GPU and per direction.
 """
@@ -31,6 +32,7 @@ class GPUSpec:
     aliases: tuple[str, ...] = ()
     similar_to: tuple[str, ...] = ()    # GPUs whose measured kernel data stand in when this one has none
     fp8_native: bool = True             # False: fp8 listed at the 16-bit rate (no fp8 tensor cores)
+    sms: int = 0                        # streaming multiprocessors (GEMM tile waves); 0: unknown (no wave term)
     meta: dict = field(default_factory=dict, compare=False)
 
 
@@ -44,6 +46,15 @@ def _num(entry: Mapping, key: str, where: str, default: float | None = None) -> 
         raise ComputeDBError(f"{where}: field '{key}' must be a number, got {value!r}") from None
     if value < 0:
         raise ComputeDBError(f"{where}: field '{key}' must be >= 0, got {value}")
+    return value
+
+
+def _sm_count(entry: Mapping, where: str) -> int:
+    value = entry.get("sm_count")
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ComputeDBError(f"{where}: field 'sm_count' must be a whole number >= 1, got {value!r}")
     return value
 
 
@@ -85,6 +96,7 @@ def _parse(data: object, source: str) -> dict[str, GPUSpec]:
             aliases=tuple(str(a) for a in entry.get("aliases") or ()),
             similar_to=tuple(str(a) for a in entry.get("similar_to") or ()),
             fp8_native=bool(entry.get("fp8_native", True)),
+            sms=_sm_count(entry, where),
         )
     return specs
 

@@ -11,6 +11,16 @@ efficiency e (em for bandwidth). For a GEMM this is 2(m+m0)(n+n0)(k+k0). p > 1 m
 of the compute and memory bounds (no cliff at the ridge point); t0 is launch + tail overhead (seconds).
 Work is non-decreasing in every dimension, so predictions are monotone along each dimension and in FLOPs.
 
+GEMM wave quantization (GEMM family, GPUs with a known SM count): a GEMM runs as ceil(m/Tm)·ceil(n/Tn) output
+tiles (× groups / batch, one launch) in waves of one tile per SM, so its output area costs as
+A_c = ceil(tiles_c / SMs) · Tm·Tn·SMs / groups per GEMM instead of m·n: same-FLOP GEMMs differ by 20-30 % when
+their last wave is nearly empty. cuBLAS picks among a few tile shapes per call (WAVE_TILES) and splits some
+tiles (stream-K), so the modelled area is a geometric mixture of the smooth padded area and each candidate's
+quantized area with fitted weights w_c (Σ w_c < 1; the rest is the smooth share):
+    FLOPs_wave = FLOPs(x + x0) · Π_c (A_c / ((m + m0)(n + n0)))^w_c
+Every factor is non-decreasing in m, n and the group count, so monotonicity holds. Ignored: split-K, the
+exact kernel selection heuristic (not predictable from the shape alone), L2 effects of the tile order.
+
 Fits minimise the squared log-error over the measured kernels of one GPU, family and dtype class, weighted
 by where time is spent (weight ∝ measured time^FIT_TIME_WEIGHT_EXPONENT: an unweighted fit follows the many
 small kernels and comes out 9-12 % too fast on the large GEMMs that dominate a step), by Levenberg-Marquardt
@@ -50,6 +60,13 @@ PRIORS: dict[str, dict] = {
 # efficiency 0.75, matmul: 312 at 0.75) and consistent with DeepGEMM's published ~1550 fp8 TFLOP/s on H800
 # (78 % of 1979) against ~72-75 % for large bf16 GEMMs on H100 in the Vidur data. An assumption, not a fit.
 FP8_EFFICIENCY_FACTOR = 1.0
+# Candidate output tiles (Tm, Tn) of the GEMM wave model: the CTA tiles cuBLAS/CUTLASS kernels use for large
+# 16-bit GEMMs on Ampere, Hopper and Blackwell (128x128, 128x256, 256x128); their mixture weights are fitted.
+WAVE_TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256), (256, 128))
+WAVE_PRIOR = -1.5                   # starting value of each log tile weight (w ≈ 0.16 each)
+# A fit with the wave term stops when an iteration improves the cost by less than this fraction: its tile
+# weights have flat directions (a weight -> 0) along which plain LM creeps for 200 iterations (0.5 s on H100).
+WAVE_FIT_TOL = 1e-6
 FIT_TIME_WEIGHT_EXPONENT = 1.0      # weight of a kernel in the fit ∝ its measured time^this
 LARGE_KERNEL_FRACTION = 0.1         # memory-bound em from the largest 10 % of kernels (by bytes) ...
 LARGE_KERNEL_MIN = 3                # ... but at least this many
@@ -76,6 +93,7 @@ class FamilyFit:
     p: float                    # smooth-max exponent (compute families)
     basis: str                  # where it came from: "fit:H100 gemm fp16 (13468 kernels)" | "prior"
     n_points: int = 0
+    wave: tuple[float, ...] = ()  # GEMM family: log weights u_c of WAVE_TILES (w_c = e^u_c / (1 + Σ e^u)); () none
 
     @property
     def compute_bound(self) -> bool:
@@ -98,13 +116,43 @@ def padded_dims(key: KernelKey, x0: tuple[float, ...]) -> dict[str, float]:
     return d
 
 
-def predict(fit: FamilyFit, key: KernelKey, peak: float, hbm_Bps: float) -> float:
-    """Roofline time (s) of `key` with `fit` on a GPU of this peak (FLOP/s of the key's dtype) and HBM BW."""
+def wave_weights(log_weights) -> np.ndarray:
+    """Mixture weights w_c (each in (0, 1), sum < 1) of the tile candidates from their log weights u_c."""
+    u = np.exp(np.clip(np.asarray(log_weights, dtype=float), -60.0, 60.0))
+    return u / (1.0 + u.sum())
+
+
+def wave_factor(m, n, m_pad, n_pad, count, sms: int, weights: np.ndarray):
+    """Π_c (A_c / (m_pad · n_pad))^w_c (module docstring): the tile-and-wave quantized output area of candidate
+    c relative to the smooth padded area, mixed geometrically. m, n, count: floats or arrays (count = groups or
+    batch sharing one launch); sms > 0."""
+    log_f = 0.0
+    smooth = np.log(m_pad * n_pad)
+    for (tm, tn), w in zip(WAVE_TILES, weights):
+        tiles = count * np.ceil(m / tm) * np.ceil(n / tn)
+        area = np.ceil(tiles / sms) * (tm * tn * sms) / count
+        log_f = log_f + w * (np.log(area) - smooth)
+    return np.exp(log_f)
+
+
+def _gemm_count(kind: str, d) -> object:
+    return d["groups"] if kind == "grouped_gemm" else (d["batch"] if kind == "attn_bmm" else 1.0)
+
+
+def predict(fit: FamilyFit, key: KernelKey, peak: float, hbm_Bps: float, sms: int = 0) -> float:
+    """Roofline time (s) of `key` with `fit` on a GPU of this peak (FLOP/s of the key's dtype) and HBM BW;
+    sms: the GPU's SM count (GEMM wave term; 0: none)."""
     flops, byts = work(key)
     if fit.x0:
-        pflops, pbytes = work_of(key.kind, key.variant, key.dtype, key.causal, padded_dims(key, fit.x0))
+        padded = padded_dims(key, fit.x0)
+        pflops, pbytes = work_of(key.kind, key.variant, key.dtype, key.causal, padded)
     else:
+        padded = dict(zip(key.fields, key.dims))
         pflops, pbytes = flops, byts
+    if fit.wave and sms > 0 and FAMILY[key.kind] == "gemm":
+        d = dict(zip(key.fields, key.dims))
+        pflops = float(pflops) * float(wave_factor(d["m"], d["n"], padded["m"], padded["n"], _gemm_count(key.kind, d),
+                                                   sms, wave_weights(fit.wave)))
     if not fit.compute_bound:
         return fit.t0 + float(pbytes) / (hbm_Bps * fit.em)
     tm = byts / (hbm_Bps * fit.em)
@@ -130,7 +178,8 @@ def _logit(p: float) -> float:
 
 @dataclass(frozen=True, eq=False)
 class FitGroup:
-    """Measured kernels of one (kind, variant, dtype, causal) for a fit: dims (N x D), times (s), peak FLOP/s."""
+    """Measured kernels of one (kind, variant, dtype, causal) for a fit: dims (N x D), times (s), peak FLOP/s,
+    SM count of the GPU (0: unknown, no GEMM wave term)."""
     kind: str
     variant: str
     dtype: str
@@ -138,6 +187,7 @@ class FitGroup:
     dims: np.ndarray
     times_s: np.ndarray
     peak: float
+    sms: int = 0
 
 
 def groups_from_keys(keys: list[KernelKey], times_s, peaks) -> list[FitGroup]:
@@ -158,6 +208,7 @@ class _FitData:
         self.groups = []
         start = 0
         peaks, times = [], []
+        self.sms = [g.sms for g in groups]
         for g in groups:
             n = len(g.times_s)
             fields = COMPUTE_KINDS[g.kind]
@@ -179,17 +230,22 @@ class _FitData:
             out[idx] = byts
         return out
 
-    def predict(self, theta: np.ndarray, n_dims: int, compute: bool) -> np.ndarray:
-        # theta: [log t0, log em, (log e, log(p - 1) when compute), log x0 per saturating field]
+    def predict(self, theta: np.ndarray, n_dims: int, compute: bool, n_wave: int = 0) -> np.ndarray:
+        # theta: [log t0, log em, (log e, log(p - 1) when compute), log x0 per saturating field,
+        #         log tile weight u_c per WAVE_TILES candidate (GEMM wave term)]
         t0, em = _exp(theta[0]), _logistic(theta[1])
         off = 4 if compute else 2
         x0 = [_exp(v) for v in theta[off:off + n_dims]]
+        weights = wave_weights(theta[off + n_dims:off + n_dims + n_wave]) if n_wave else None
         out = np.empty(self.n)
-        for kind, variant, dtype, causal, idx, arrays, sat, byts in self.groups:
+        for (kind, variant, dtype, causal, idx, arrays, sat, byts), sms in zip(self.groups, self.sms):
             padded = dict(arrays)
             for f, pad in zip(sat, x0):
                 padded[f] = padded[f] + pad
             pflops, pbytes = work_of(kind, variant, dtype, causal, padded)
+            if weights is not None and sms > 0:
+                pflops = pflops * wave_factor(arrays["m"], arrays["n"], padded["m"], padded["n"],
+                                              _gemm_count(kind, arrays), sms, weights)
             if not compute:
                 out[idx] = t0 + np.asarray(pbytes, dtype=float) / (self._bw * em)
                 continue
@@ -201,7 +257,7 @@ class _FitData:
         return out
 
 
-def _levenberg_marquardt(residual, theta: np.ndarray, iters: int = 200) -> np.ndarray:
+def _levenberg_marquardt(residual, theta: np.ndarray, iters: int = 200, tol: float = 1e-10) -> np.ndarray:
     lam = 1e-2
     r = residual(theta)
     cost = float(r @ r)
@@ -225,7 +281,7 @@ def _levenberg_marquardt(residual, theta: np.ndarray, iters: int = 200) -> np.nd
                 improved = True
                 break
             lam *= 4
-        if not improved or old - cost < 1e-10 * max(cost, 1e-30):
+        if not improved or old - cost < tol * max(cost, 1e-30):
             break
     return theta
 
@@ -237,9 +293,11 @@ def fit_groups(family: str, groups: list[FitGroup], hbm_Bps: float, basis: str, 
 
     hold: a similar GPU's fit whose launch time t0, HBM efficiency em and saturation sizes x0 are kept, for
     kernels that cannot determine them (all large: compute-bound GEMMs say nothing about em or about how
-    small kernels waste tiles); then only e and p (compute-bound) are fitted."""
+    small kernels waste tiles); then only e and p (compute-bound) are fitted. GEMM families on GPUs with a known
+    SM count (FitGroup.sms) also fit the tile-wave mixture weights (module docstring; held with `hold` too)."""
     compute = family in COMPUTE_BOUND_FAMILIES
     n_dims = len(SATURATION_FIELDS.get(family) or (1,))
+    n_wave = len(WAVE_TILES) if family == "gemm" and groups and all(g.sms > 0 for g in groups) else 0
     data = _FitData(groups, hbm_Bps)
     y = np.log(data.times_s)
     w = data.times_s ** FIT_TIME_WEIGHT_EXPONENT
@@ -249,26 +307,30 @@ def fit_groups(family: str, groups: list[FitGroup], hbm_Bps: float, basis: str, 
     if compute:
         theta += [_logit(prior["e"]), math.log(max(prior["p"] - 1.0, 1e-3))]
     theta += [math.log(x) for x in x0_prior]
+    theta += [WAVE_PRIOR] * n_wave
     theta = np.asarray(theta, dtype=float)
     free = np.ones(theta.size, dtype=bool)
     off = 4 if compute else 2
     if hold is not None and len(hold.x0) == n_dims:
         theta[0] = math.log(max(hold.t0, 1e-12))
         theta[1] = _logit(min(max(hold.em, 1e-3), 0.999))
-        theta[off:] = [math.log(max(x, 1e-12)) for x in hold.x0]
+        theta[off:off + n_dims] = [math.log(max(x, 1e-12)) for x in hold.x0]
         free[[0, 1]] = False
-        free[off:] = False
+        free[off:off + n_dims] = False
+        if n_wave and len(hold.wave) == n_wave:
+            theta[off + n_dims:] = hold.wave
+            free[off + n_dims:] = False
 
     def solve(theta: np.ndarray, free: np.ndarray) -> np.ndarray:
         def residual(sub):
             full = theta.copy()
             full[free] = sub
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-                res = (np.log(data.predict(full, n_dims, compute)) - y) * sw
+                res = (np.log(data.predict(full, n_dims, compute, n_wave)) - y) * sw
             return np.where(np.isfinite(res), res, 1e3)
         out = theta.copy()
         if free.any():
-            out[free] = _levenberg_marquardt(residual, theta[free])
+            out[free] = _levenberg_marquardt(residual, theta[free], tol=WAVE_FIT_TOL if n_wave else 1e-10)
         return out
 
     theta = solve(theta, free)
@@ -291,7 +353,8 @@ def fit_groups(family: str, groups: list[FitGroup], hbm_Bps: float, basis: str, 
     e = _logistic(theta[2]) if compute else 0.0
     p = min(1.0 + _exp(theta[3]), 64.0) if compute else 1.0
     x0 = tuple(_exp(v) for v in theta[off:off + n_dims])
-    return FamilyFit(family, e, x0, t0, em, p, basis, data.n)
+    wave = tuple(float(v) for v in theta[off + n_dims:off + n_dims + n_wave])
+    return FamilyFit(family, e, x0, t0, em, p, basis, data.n, wave)
 
 
 def fit_family(family: str, keys: list[KernelKey], times_s: np.ndarray, peaks: np.ndarray, hbm_Bps: float,
@@ -301,22 +364,25 @@ def fit_family(family: str, keys: list[KernelKey], times_s: np.ndarray, peaks: n
 
 
 def predict_many(fit: FamilyFit, kind: str, variant: str, dtype: str, causal: bool, dims: np.ndarray,
-                 peak: float, hbm_Bps: float) -> np.ndarray:
+                 peak: float, hbm_Bps: float, sms: int = 0) -> np.ndarray:
     """predict() for many shapes of one (kind, variant, dtype, causal): dims (N x D) -> times (s)."""
     fields = COMPUTE_KINDS[kind]
     arrays = {f: np.asarray(dims[:, j], dtype=float) for j, f in enumerate(fields)}
     flops, byts = work_of(kind, variant, dtype, causal, arrays)
     n = len(dims)
     flops, byts = np.broadcast_to(np.asarray(flops, float), n), np.broadcast_to(np.asarray(byts, float), n)
+    padded = dict(arrays)
     if fit.x0:
         sat = SATURATION_FIELDS.get(FAMILY[kind]) or (fields[0],)
-        padded = dict(arrays)
         for f, pad in zip(sat, fit.x0):
             padded[f] = padded[f] + pad
         pflops, pbytes = work_of(kind, variant, dtype, causal, padded)
         pflops, pbytes = np.broadcast_to(np.asarray(pflops, float), n), np.broadcast_to(np.asarray(pbytes, float), n)
     else:
         pflops, pbytes = flops, byts
+    if fit.wave and sms > 0 and FAMILY[kind] == "gemm":
+        pflops = pflops * wave_factor(arrays["m"], arrays["n"], padded["m"], padded["n"], _gemm_count(kind, arrays),
+                                      sms, wave_weights(fit.wave))
     if not fit.compute_bound:
         return fit.t0 + pbytes / (hbm_Bps * fit.em)
     tm = byts / (hbm_Bps * fit.em)

@@ -28,6 +28,18 @@ class CollectiveRequest:
     protocol: str = "auto"        # "auto" | "LL" | "LL128" | "Simple" (NCCL protocols; case-insensitive)
 
 
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests' busbw / algbw factor = bytes each rank sends (and receives) per byte of size S:
+    all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all (n-1)/n; others 1 (0 for one rank)."""
+    if n <= 1:
+        return 0.0
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
 class NetworkBackend(Protocol):
     def submit(self, req: CollectiveRequest, now_s: float,
                on_done: Callable[[float], None]) -> None: ...

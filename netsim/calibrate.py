@@ -23,6 +23,7 @@ import os
 import statistics
 from dataclasses import dataclass, field
 
+from netsim.api import bus_factor
 from netsim.errors import NetsimError
 from netsim.netcal import _RANGES, NetCalibration
 
@@ -41,11 +42,6 @@ class Series:
     cuda_graphs: bool = False
     units: int = 1
     extra: dict = field(default_factory=dict)
-
-
-def _bus_factor(op: str, n: int) -> float:
-    from netsim.cli import bus_factor
-    return bus_factor(op, n)
 
 
 def table_series(table, topology) -> Series:
@@ -95,7 +91,7 @@ def simai_series(busbw: dict, path: str, topology) -> tuple[list[Series], list[s
                                  f"({nic_line / 1e9:g} GB/s): read as a per-server figure / {gps} GPUs")
                     bw /= gps
             n = len(gpus)
-            t = size * _bus_factor(op, n) / bw
+            t = size * bus_factor(op, n) / bw
             out.append(Series(f"{os.path.basename(path)} {group} {op}", op, gpus, [(size, t, where)], 1, False, units))
     return out, notes
 

@@ -21,6 +21,7 @@ import os
 import re
 import tempfile
 
+from netsim.api import bus_factor
 from netsim.errors import NetsimError
 from netsim.outfile import user_mode
 
@@ -30,14 +31,6 @@ OP_ALIASES = {"allreduce": "all_reduce", "all_reduce": "all_reduce", "all-reduce
               "reduce-scatter": "reduce_scatter", "alltoall": "all_to_all", "all_to_all": "all_to_all",
               "all-to-all": "all_to_all", "broadcast": "broadcast", "bcast": "broadcast",
               "reduce": "reduce", "sendrecv": "send", "send": "send"}
-
-
-def bus_factor(op: str, n: int) -> float:
-    if op == "all_reduce":
-        return 2 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    return 1.0
 
 
 def parse_size(text: str, flag: str) -> int:

@@ -147,7 +147,7 @@ class Point:
 
 
 def _busbw(op: str, n: int, size: float, t: float) -> float:
-    from netsim.cli import bus_factor
+    from netsim.api import bus_factor
     return size / t * bus_factor(op, n) if t > 0 else math.inf
 
 

