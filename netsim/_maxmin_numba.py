@@ -1,5 +1,8 @@
 """numba kernel of the heap-based max-min allocation (same algorithm as maxmin_rates_python).
 
+The heap orders entries by (share, link id) like Python's heapq on tuples, so equal shares (common in
+symmetric collectives) are processed in the same order and both implementations give identical rates.
+
 Imported lazily by netsim.maxmin only when numba is installed.
 """
 
@@ -14,7 +17,7 @@ def _heap_push(hk, hv, size, key, val):
     hv[i] = val
     while i > 0:
         p = (i - 1) >> 1
-        if hk[p] <= hk[i]:
+        if hk[p] < hk[i] or (hk[p] == hk[i] and hv[p] <= hv[i]):
             break
         hk[p], hk[i] = hk[i], hk[p]
         hv[p], hv[i] = hv[i], hv[p]
@@ -35,9 +38,9 @@ def _heap_pop(hk, hv, size):
             break
         b = a + 1
         c = a
-        if b < size and hk[b] < hk[a]:
+        if b < size and (hk[b] < hk[a] or (hk[b] == hk[a] and hv[b] < hv[a])):
             c = b
-        if hk[i] <= hk[c]:
+        if hk[i] < hk[c] or (hk[i] == hk[c] and hv[i] <= hv[c]):
             break
         hk[c], hk[i] = hk[i], hk[c]
         hv[c], hv[i] = hv[i], hv[c]

@@ -9,7 +9,7 @@ them from every link they cross. Shares only grow as flows freeze, so the heap i
 lower than the link's current share is pushed back. A flow cap is a private one-flow link.
 
 Two implementations behind `maxmin_rates`: pure Python (always available, the reference) and numba
-(optional, same results to rounding). Input is CSR: flow f crosses links
+(optional; same results bit for bit: equal shares are taken in link-id order by every path). Input is CSR: flow f crosses links
 `flow_links[flow_ptr[f]:flow_ptr[f+1]]` with the matching `flow_w` entries.
 """
 
@@ -111,15 +111,16 @@ def _maxmin_small(capacity_Bps, flow_ptr, flow_links, flow_w, flow_cap_Bps=None)
             wsum[lk] += fw[i]
             members[lk].append(f)
     heap = [(rem[lk] / w, lk) for lk, w in wsum.items() if w > 0.0]
-    if flow_cap_Bps is not None:
-        heap.extend((float(c), -1 - f) for f, c in enumerate(flow_cap_Bps) if c < _INF)
+    n_links = len(capacity_Bps)
+    if flow_cap_Bps is not None:   # cap of flow f = private link n_links + f (the order of the other paths)
+        heap.extend((float(c), n_links + f) for f, c in enumerate(flow_cap_Bps) if c < _INF)
     heapq.heapify(heap)
     rate = [_INF] * n_flows
     frozen = [False] * n_flows
     while heap:
         share, lk = heapq.heappop(heap)
-        if lk < 0:
-            f = -1 - lk
+        if lk >= n_links:
+            f = lk - n_links
             if frozen[f]:
                 continue
             group = (f,)

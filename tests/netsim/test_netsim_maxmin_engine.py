@@ -180,3 +180,17 @@ def test_backend_without_numba(monkeypatch):
     monkeypatch.setattr(mm, "_NUMBA_IMPL", None)
     assert not mm.numba_available()
     assert netsim.make_backend("flow", t).estimate(req) == pytest.approx(default, rel=1e-9)
+
+
+@pytest.mark.skipif(not numba_available(), reason="numba not installed")
+def test_builtin_example_identical_with_and_without_numba(monkeypatch):
+    """A simulation must not depend on whether numba is installed (`pip install .` has none, the test extra
+    has it): `clustersim run`'s contended TP/DP/PP traffic gives many links equal fair shares, and the
+    implementations must take them in the same (share, link id) order to agree bit for bit."""
+    import netsim.maxmin as mm
+    from sim.commands import EXAMPLE_JOB, run_job
+    with_numba = run_job(dict(EXAMPLE_JOB)).iteration_time_s
+    monkeypatch.setattr(mm, "_NUMBA_TRIED", True)
+    monkeypatch.setattr(mm, "_NUMBA_IMPL", None)
+    assert not mm.numba_available()
+    assert run_job(dict(EXAMPLE_JOB)).iteration_time_s == with_numba
