@@ -19,11 +19,10 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import tempfile
 
 from netsim.api import bus_factor
 from netsim.errors import NetsimError
-from netsim.outfile import user_mode
+from netsim.outfile import save_figure
 
 OP_ALIASES = {"allreduce": "all_reduce", "all_reduce": "all_reduce", "all-reduce": "all_reduce",
               "allgather": "all_gather", "all_gather": "all_gather", "all-gather": "all_gather",
@@ -294,16 +293,9 @@ def _plot(rows, backends, path: str, n: int) -> None:
     ax.set_title(f"{', '.join(ops)}, {n} GPUs ({algs})")
     ax.grid(True, alpha=0.3)
     ax.legend()
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".busbw-", suffix=".png", dir=d)
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight")
-        user_mode(tmp)
-        os.replace(tmp, path)
+        save_figure(fig, path, 110, ".busbw-")
     except OSError as exc:
         raise NetsimError(f"--png {path}: cannot write ({exc.strerror})") from None
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)

@@ -16,10 +16,9 @@ import argparse
 import math
 import os
 import statistics
-import tempfile
 from dataclasses import dataclass, field
 
-from netsim.outfile import user_mode
+from netsim.outfile import save_figure
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
@@ -259,17 +258,10 @@ def plot(c: Curve, points: list[Point], path: str) -> None:
         ax.grid(True, alpha=0.3, which="both")
         ax.legend(fontsize=8)
     fig.suptitle(f"{c.key}: {c.title}", fontsize=10)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".curve-", suffix=".png", dir=folder)
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=90, bbox_inches="tight")
-        user_mode(tmp)
-        os.replace(tmp, path)
+        save_figure(fig, path, 90, ".curve-")
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def png_name(c: Curve) -> str:
