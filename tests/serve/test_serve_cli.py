@@ -160,3 +160,20 @@ def test_serve_sh_translates_vidur_flags_under_posix_sh():
     missing = subprocess.run(["sh", str(script), "--cluster_config_num_replicas"], capture_output=True, text=True)
     assert missing.returncode == 2 and missing.stderr.strip() == \
         "serve.sh: error: --cluster_config_num_replicas needs a value"
+
+
+def test_net_calibration_file_slows_tensor_parallel_serving(tmp_path, capsys):
+    """A network fitted slower (half the NVLink efficiency, longer hops) gives a TP-2 replica longer decode
+    steps through `clustersim serve --net-calibration FILE`."""
+    import netsim
+    from netsim.netcal import save_net_calibration
+    cal = tmp_path / "slow.yaml"
+    save_net_calibration(netsim.NetCalibration(name="slow", nvlink_efficiency=0.3, nvlink_hop_scale=4.0), cal)
+    args = ["serve", "-m", "llama3-8b", "--gpu", "H100", "--tp", "2", "--requests", "40", "--qps", "2",
+            "--lengths", "chat", "--seed", "2", "-o", "-", "--json", "-q"]
+    assert main(args) == 0
+    base = json.loads(capsys.readouterr().out)
+    assert main([*args, "--net-calibration", str(cal)]) == 0
+    slow = json.loads(capsys.readouterr().out)
+    assert slow["metrics"]["tbt_s"]["p50"] > 1.02 * base["metrics"]["tbt_s"]["p50"]
+    assert slow["metrics"]["ttft_s"]["mean"] > base["metrics"]["ttft_s"]["mean"]
