@@ -41,7 +41,7 @@ from workload_gen.errors import WorkloadError
 from workload_gen.layout import stage_layers
 from workload_gen.model import ModelSpec
 from workload_gen.plan import ParallelPlan
-from workload_gen.workload import CommOp, ComputeOp, Op
+from workload_gen.workload import ComputeOp, Op
 
 GEMM_DTYPES = ("bf16", "fp16", "fp8")
 KV_DTYPES = ("bf16", "fp16", "fp8")
@@ -311,10 +311,3 @@ def stage_ops(spec: InferenceSpec, stage: int, prefill: tuple[tuple[int, int], .
         out += [(op, 1) for op in final_norm_ops(spec, T)]
         out += [(op, 1) for op in head_ops(spec, len(decode) + len(prefill))]
     return out
-
-
-def split_ops(ops: list[tuple[Op, int]]) -> tuple[list[tuple[ComputeOp, int]], list[tuple[CommOp, int]]]:
-    """(compute ops, comm ops), each with its count."""
-    comp = [(op, n) for op, n in ops if not op.is_comm]
-    comm = [(op, n) for op, n in ops if op.is_comm]
-    return comp, comm

@@ -64,10 +64,6 @@ class Request:
         """KV tokens held at the end (the last output token is never processed)."""
         return self.num_prefill + self.num_decode - 1
 
-    @property
-    def done(self) -> bool:
-        return self.completed_s >= 0.0
-
     def __repr__(self) -> str:
         return (f"Request(id={self.id}, P={self.num_prefill}, D={self.num_decode}, gen={self.generated}, "
                 f"prefilled={self.prefilled}/{self.prefill_target}, kv={self.kv_tokens}, blocks={self.blocks})")
@@ -100,10 +96,6 @@ class Batch:
     @property
     def num_requests(self) -> int:
         return len(self.prefills) + len(self.decodes)
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(self.chunks) + len(self.decodes)
 
     def request_ids(self) -> list[int]:
         return [r.id for r in self.prefills] + [r.id for r in self.decodes]
@@ -167,7 +159,7 @@ class BatchLog:
         self.formed_s.append(b.formed_s)
         self.start_s.append(b.start_s)
         self.end_s.append(b.end_s)
-        self.num_requests.append(len(b.prefills) + len(b.decodes))
+        self.num_requests.append(b.num_requests)
         self.num_prefill_tokens.append(sum(b.chunks))
         self.num_decodes.append(len(b.decodes))
         self.model_time_s.append(b.model_time_s)

@@ -96,6 +96,25 @@ class ReplicaScheduler:
         r.kv_cap += self.block_size
         return True
 
+    def _decodes(self, cap: int) -> tuple[list[Request], list[Request]]:
+        """(decodes, partial prefills) among the admitted requests not in flight, in arrival order: a request
+        whose prefill is complete decodes one token (growing its blocks, or preempting, as vLLM does) until
+        `cap` decodes; one whose prefill is unfinished (chunked prefill) is returned apart."""
+        decodes: list[Request] = []
+        partial: list[Request] = []
+        for r in list(self.running):        # a copy: preemption removes requests from `running`
+            if r.in_flight or r.blocks == 0:    # in an in-flight batch, or preempted during this pass
+                continue
+            if r.prefilled < r.prefill_target:
+                partial.append(r)
+                continue
+            if r.kv_tokens >= r.kv_cap and not self._grow_or_preempt(r):
+                continue
+            decodes.append(r)
+            if len(decodes) == cap:
+                break
+        return decodes, partial
+
     def _preempt(self, r: Request) -> None:
         """Free r's blocks and queue it (head of `waiting`) to recompute its prompt + generated tokens."""
         self.kv.release(r.blocks)
@@ -130,7 +149,7 @@ class ReplicaScheduler:
         vals, cnts = gaps.values, gaps.counts
         cur, cnt = gaps.cur, gaps.cur_count
         keep = self.keep_token_times
-        # the hot loop: every decoding request of every iteration passes here
+        # the hot loop: every decoding request of every iteration passes here (TokenGaps.add inlined)
         for r in b.decodes:
             r.kv_tokens += 1
             g = now_s - r.last_token_s
@@ -151,12 +170,13 @@ class ReplicaScheduler:
             r.generated = n
             if n == r.num_decode:
                 finished.append(r)
+        gaps.cur, gaps.cur_count = cur, cnt
         if self.pp > 1 or keep:
             for r in b.decodes:
                 r.in_flight = False
                 if keep:
                     r.token_times.append(now_s)
-        for r, c in zip(b.prefills, b.chunks):
+        for r, c in zip(b.prefills, b.chunks):     # few per batch: no inlining needed
             r.exec_s += dt
             r.model_exec_s += mt
             r.in_flight = False
@@ -170,21 +190,13 @@ class ReplicaScheduler:
                     g = now_s - r.last_token_s
                     if g > r.max_gap_s:
                         r.max_gap_s = g
-                    if g == cur:
-                        cnt += 1
-                    else:
-                        if cnt:
-                            vals.append(cur)
-                            cnts.append(cnt)
-                        cur = g
-                        cnt = 1
+                    gaps.add(g)
                 r.last_token_s = now_s
                 r.generated += 1
                 if keep:
                     r.token_times.append(now_s)
                 if r.generated == r.num_decode:
                     finished.append(r)
-        gaps.cur, gaps.cur_count = cur, cnt
         if finished:
             kv = self.kv
             for r in finished:

@@ -24,19 +24,7 @@ class SarathiScheduler(ReplicaScheduler):
 
     def next_batch(self, now_s: float) -> Batch | None:
         cap = self.max_batch_size
-        decodes: list = []
-        partial: list = []
-        for r in list(self.running):        # a copy: preemption removes requests from `running`
-            if r.in_flight or r.blocks == 0:    # in an in-flight batch, or preempted during this pass
-                continue
-            if r.prefilled < r.prefill_target:
-                partial.append(r)
-                continue
-            if r.kv_tokens >= r.kv_cap and not self._grow_or_preempt(r):
-                continue
-            decodes.append(r)
-            if len(decodes) == cap:
-                break
+        decodes, partial = self._decodes(cap)
         left = self.plan.chunk_size - len(decodes)
         prefills: list = []
         chunks: list = []

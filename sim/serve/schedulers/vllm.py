@@ -58,16 +58,7 @@ class VLLMScheduler(ReplicaScheduler):
         return self._batch(prefills, chunks, [], now_s)
 
     def _decode_batch(self, now_s: float) -> Batch | None:
-        cap = self.max_batch_size
-        decodes: list = []
-        for r in list(self.running):        # a copy: preemption removes requests from `running`
-            if r.in_flight or r.blocks == 0:    # in an in-flight batch, or preempted during this pass
-                continue
-            if r.kv_tokens >= r.kv_cap and not self._grow_or_preempt(r):
-                continue
-            decodes.append(r)
-            if len(decodes) == cap:
-                break
+        decodes, _ = self._decodes(self.max_batch_size)    # prompts are admitted whole: nothing partial
         if not decodes:
             return None
         return self._batch([], [], decodes, now_s)
