@@ -968,7 +968,8 @@ class _StageRun:
             return
         pairs = eng._pp_pairs(self.stage, dst_stage)
         self.sent = True
-        self.sent_handles.append(handle)
+        if eng.host is not None and eng.host.sync_on_pipeline_p2p:   # only a device sync clears the list
+            self.sent_handles.append(handle)
         if eng.contention is not None:
             self._track(handle, eng.footprint(self.stage, CommOp(handle.name, "send", "pp", size), pairs))
 
@@ -1015,9 +1016,10 @@ class _StageRun:
                         if self._wait(h, (report_group(h.kind), h, op)):
                             return
                         self.deferred.pop(0)
-                need = None if explicit else self._needs(seg)
+                needs = self._needs(seg)
+                need = None if explicit else needs
                 sync = (hm is not None and hm.sync_on_pipeline_p2p and seg[0] in ("fwd", "bwd")
-                        and (self.sent or self._needs(seg) is not None))
+                        and (self.sent or needs is not None))
                 if need is not None and self._wait(need, ("PP", need, None)):
                     return
                 if sync:

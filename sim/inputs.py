@@ -191,10 +191,7 @@ def load_net_calibration(path):
     if not path:
         return None
     import netsim
-    loader = getattr(netsim, "load_net_calibration", None)
-    if loader is None:
-        raise SimError(f"--net-calibration {path}: this netsim has no load_net_calibration")
-    return loader(path)
+    return netsim.load_net_calibration(path)
 
 
 def default_gpu(topology, gpu: str | None) -> str:

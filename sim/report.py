@@ -39,12 +39,12 @@ def format_summary(rep, title: str = "") -> str:
                  f"{m.get('num_microbatches')} micro-batches ({m.get('schedule')}) | network {m.get('network')}")
     lines.append(f"{'iteration time':<28s}{T:14.6f} s")
     rows = [("compute", rep.compute_s)] + [(f"exposed {k} comm", rep.exposed_comm_s.get(k, 0.0)) for k in KEYS]
-    rows.append(("launch/host overhead", getattr(rep, "overhead_s", 0.0)))
+    rows.append(("launch/host overhead", rep.overhead_s))
     rows.append(("pipeline bubble", rep.bubble_s))
     for name, v in rows:
         lines.append(f"  {name:<26s}{v:14.6f} s  {_pct(v, T):>8s}")
         if name == "compute":
-            slow = getattr(rep, "overlap_slowdown_s", 0.0)
+            slow = rep.overlap_slowdown_s
             lines.append(f"    {'of which overlap slowdown':<24s}{slow:14.6f} s  {_pct(slow, T):>8s}"
                          "   (kernels beside communication in flight)")
     if m.get("executed_flops", 0) > 0:

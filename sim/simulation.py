@@ -151,11 +151,7 @@ def _calibration_source(cal) -> str | None:
     """A printable name of a user network calibration (None when netsim's own constants are used)."""
     if cal is None:
         return None
-    for attr in ("source", "path", "name"):
-        v = getattr(cal, attr, None)
-        if v:
-            return str(v)
-    return type(cal).__name__
+    return cal.path or cal.name or "user calibration"
 
 
 def _flops(workload, times: dict, sources: dict, ranks_per_stage: int):

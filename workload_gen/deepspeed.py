@@ -17,19 +17,15 @@ Ignored: DeepSpeed's prefetch/persistence thresholds, contiguous-gradient copies
 
 from __future__ import annotations
 
-from workload_gen.dp_comm import dense_group, grad_buckets, grad_reduce_bytes
+from workload_gen.dp_comm import dense_group, grad_buckets
 from workload_gen.layers import DTYPE_BYTES, Ctx, comm
 from workload_gen.workload import Op
-
-
-def grad_bytes(c: Ctx) -> int:
-    return grad_reduce_bytes(c.plan)
 
 
 def ds_grad_buckets(c: Ctx, bwd: list[tuple[Op, int, int]]) -> list[Op]:
     z = c.plan.zero_stage
     ops, _ = grad_buckets(c, bwd, collective="all_reduce" if z == 0 else "reduce_scatter",
-                          bucket_elems=c.plan.reduce_bucket_elements, grad_bytes=grad_bytes(c),
+                          bucket_elems=c.plan.reduce_bucket_elements,
                           microbatch="all" if z >= 2 else "last", prefix="zero_grad")
     return ops
 

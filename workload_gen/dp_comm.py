@@ -41,15 +41,13 @@ only when the norm exceeds the threshold, a data-dependent event).
 
 from __future__ import annotations
 
-from workload_gen.layers import Ctx, comm
+from workload_gen.layers import DTYPE_BYTES, Ctx, comm
 from workload_gen.plan import ParallelPlan
 from workload_gen.workload import CommOp, ComputeOp, Op
 
-GRAD_BYTES = 4          # fp32 main gradients (Megatron's default for bf16)
 PARAM_BYTES = 2
 # blocking comm ops whose result the host reads with .item() (a host-device synchronisation)
 HOST_SYNC_OPS = ("found_inf_ar", "grad_norm_ar")
-_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 _PLAN_DEFAULT_BUCKET = ParallelPlan.__dataclass_fields__["grad_bucket_elements"].default   # 40,000,000
 
 
@@ -72,7 +70,7 @@ def grad_reduce_dtype(plan: ParallelPlan) -> str:
 
 
 def grad_reduce_bytes(plan: ParallelPlan) -> int:
-    return _DTYPE_BYTES[grad_reduce_dtype(plan)]
+    return DTYPE_BYTES[grad_reduce_dtype(plan)]
 
 
 def dense_group(c: Ctx) -> tuple[str, int]:
@@ -80,7 +78,7 @@ def dense_group(c: Ctx) -> tuple[str, int]:
 
 
 def grad_buckets(c: Ctx, bwd: list[tuple[Op, int, int]], *, collective: str | None = None,
-                 bucket_elems: int | None = None, grad_bytes: int | None = None,
+                 bucket_elems: int | None = None,
                  microbatch: str = "last", prefix: str = "dp_grad",
                  emit: bool = True) -> tuple[list[Op], list[list[int]]]:
     """Insert bucketed gradient reductions into a backward op list.
@@ -90,9 +88,8 @@ def grad_buckets(c: Ctx, bwd: list[tuple[Op, int, int]], *, collective: str | No
     emit=False: only the bucket sizes (the backward list is returned without reductions).
     """
     p = c.plan
-    if grad_bytes is None:
-        grad_bytes = grad_reduce_bytes(p)
-    gdtype = "fp32" if grad_bytes == 4 else c.act
+    gdtype = grad_reduce_dtype(p)
+    grad_bytes = DTYPE_BYTES[gdtype]
     if collective is None:
         collective = "reduce_scatter" if p.distributed_optimizer else "all_reduce"
     limit = bucket_elems or megatron_bucket_elements(p)
@@ -186,40 +183,36 @@ def _fwd_name(name: str) -> str:
     return name
 
 
-def end_grad_reductions(c: Ctx, buckets: list[list[list[int]]]) -> list[Op]:
-    """Without overlap_grad_reduce: blocking reductions in finalize_model_grads, one per bucket of each
-    model chunk (`buckets[chunk] = [dense sizes, expert sizes]`, elements; megatron-core makes the
-    bucket infinite then, so one per buffer)."""
-    p = c.plan
-    collective = "reduce_scatter" if p.distributed_optimizer else "all_reduce"
-    nbytes = grad_reduce_bytes(p)
+def _end_bucket_ops(c: Ctx, buckets: list[list[list[int]]], collective: str, elem_bytes: int, names: tuple[str, str],
+                    dtype: str) -> list[Op]:
+    """One blocking collective per bucket of each model chunk (`buckets[chunk] = [dense sizes, expert sizes]`,
+    elements) at the end of the iteration, over the dense DP group and the expert-DP group."""
     dgroup, dsize = dense_group(c)
     out: list[Op] = []
     for ci, (dense, expert) in enumerate(buckets):
-        for sizes, group, gsize, name in ((dense, dgroup, dsize, "dp_grad_bucket"),
-                                          (expert, "edp", p.edp, "dp_grad_expert_bucket")):
+        for sizes, group, gsize, name in ((dense, dgroup, dsize, names[0]), (expert, "edp", c.plan.edp, names[1])):
             if gsize <= 1:
                 continue
             for i, n in enumerate(sizes):
-                out.append(comm(f"{name}{i}_c{ci}", collective, group, n * nbytes, -1, "iteration_end",
-                                dtype="fp32" if nbytes == 4 else c.act))
+                out.append(comm(f"{name}{i}_c{ci}", collective, group, n * elem_bytes, -1, "iteration_end",
+                                dtype=dtype))
     return out
+
+
+def end_grad_reductions(c: Ctx, buckets: list[list[list[int]]]) -> list[Op]:
+    """Without overlap_grad_reduce: blocking reductions in finalize_model_grads, one per bucket of each
+    model chunk (megatron-core makes the bucket infinite then, so one per buffer)."""
+    p = c.plan
+    gdtype = grad_reduce_dtype(p)
+    return _end_bucket_ops(c, buckets, "reduce_scatter" if p.distributed_optimizer else "all_reduce",
+                           DTYPE_BYTES[gdtype], ("dp_grad_bucket", "dp_grad_expert_bucket"), gdtype)
 
 
 def end_param_gathers(c: Ctx, buckets: list[list[list[int]]]) -> list[Op]:
     """Distributed optimizer without overlap_param_gather: blocking all-gathers of the updated 16-bit
     parameters of every bucket right after the step (megatron-core start_param_sync, synchronous)."""
-    p = c.plan
-    dgroup, dsize = dense_group(c)
-    out: list[Op] = []
-    for ci, (dense, expert) in enumerate(buckets):
-        for sizes, group, gsize, name in ((dense, dgroup, dsize, "dp_param_gather"),
-                                          (expert, "edp", p.edp, "dp_param_expert_gather")):
-            if gsize <= 1:
-                continue
-            for i, n in enumerate(sizes):
-                out.append(comm(f"{name}{i}_c{ci}", "all_gather", group, n * PARAM_BYTES, -1, "iteration_end"))
-    return out
+    return _end_bucket_ops(c, buckets, "all_gather", PARAM_BYTES, ("dp_param_gather", "dp_param_expert_gather"),
+                           "bf16")
 
 
 def _traffic_op(name: str, hbm_bytes: float, phase: str) -> ComputeOp:
@@ -243,8 +236,8 @@ def optimizer_ops(c: Ctx, dense_params: int, expert_params: int, tp_replicated: 
     all-reduce (finalize_model_grads); 16-bit grads -> fp32 main grads; fp16 unscale + found-inf
     all-reduce; gradient-norm kernel + all-reduce(s); Adam step over this rank's shard."""
     out: list[Op] = []
-    gbytes = grad_reduce_bytes(c.plan)
-    gdtype = "fp32" if gbytes == 4 else c.act
+    gdtype = grad_reduce_dtype(c.plan)
+    gbytes = DTYPE_BYTES[gdtype]
     if c.sp and tp_replicated:
         out.append(comm("tp_replicated_grad_ar", "all_reduce", "tp", tp_replicated * gbytes, -1,
                         "iteration_end", dtype=gdtype))

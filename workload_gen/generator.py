@@ -157,7 +157,7 @@ def _embedding_with_grad_add(c: Ctx) -> list[Unit]:
     first = units[0]
     (wgrad, dense, expert), rest = first.bwd[0], first.bwd[1:]
     numel = dense + expert
-    gdtype = "fp32" if dp_comm.grad_reduce_bytes(c.plan) == 4 else c.act
+    gdtype = dp_comm.grad_reduce_dtype(c.plan)
     add = ComputeOp(name="embedding_main_grad_add", kind="elementwise", shape=(("numel", numel),), dtype=gdtype,
                     flops=float(numel), bytes=float(numel * (4 + 2 + 4)), variant="bwd", layer=-1, phase="bwd")
     units[0] = Unit(first.fwd, [(wgrad, 0, 0), (add, dense, expert), *rest], first.core)

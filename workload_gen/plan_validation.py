@@ -113,6 +113,17 @@ def _check_types(plan: ParallelPlan) -> None:
                         f"(got {plan.rank_order!r})")
 
 
+def validate_grad_reduce_dtype(dtype: str, grad_reduce_dtype: str) -> None:
+    """16-bit gradients live in the parameter dtype (fp8 training keeps bf16 parameters); fp32 always works.
+    Separate so that a plan search can reject a fixed --grad-reduce-dtype before enumerating plans."""
+    _choice("plan", "grad_reduce_dtype", grad_reduce_dtype, GRAD_REDUCE_DTYPES)
+    if grad_reduce_dtype in ("bf16", "fp16"):
+        params16 = "fp16" if dtype == "fp16" else "bf16"
+        if grad_reduce_dtype != params16:
+            raise PlanError(f"plan.grad_reduce_dtype: 16-bit gradients are in the parameter dtype "
+                            f"({params16} for dtype {dtype}); use {params16} or fp32 (got {grad_reduce_dtype})")
+
+
 def validate_plan(model: ModelSpec, plan: ParallelPlan) -> None:
     """Raise PlanError (one line naming the field and the rule) if `plan` cannot train `model`."""
     validate_model(model)
@@ -218,12 +229,7 @@ def validate_plan(model: ModelSpec, plan: ParallelPlan) -> None:
                             f"stage chunk) (got {plan.recompute_num_layers})")
 
     # ---- gradient reduction and overlap ----
-    g = plan.grad_reduce_dtype
-    if g in ("bf16", "fp16"):
-        params16 = "fp16" if plan.dtype == "fp16" else "bf16"   # fp8 training keeps bf16 parameters
-        if g != params16:
-            raise PlanError(f"plan.grad_reduce_dtype: 16-bit gradients are in the parameter dtype "
-                            f"({params16} for dtype {plan.dtype}); use {params16} or fp32 (got {g})")
+    validate_grad_reduce_dtype(plan.dtype, plan.grad_reduce_dtype)
     if plan.overlap_p2p_comm and vpp == 1:
         raise PlanError("plan.overlap_p2p_comm: only the interleaved schedule overlaps pipeline p2p "
                         f"(Megatron-LM turns it off without vpp); needs vpp > 1 (got vpp={vpp})")

@@ -333,15 +333,14 @@ def make_requests(cfg: RequestConfig) -> RequestSet | ClosedLoop:
     elif cfg.lengths == "trace" and cfg.arrival == "trace":
         prefill, decode = scale_lengths(rows.num_prefill_tokens[sel], rows.num_decode_tokens[sel],
                                         cfg.prefill_scale, cfg.decode_scale)
-        lines = rows.lines[sel]
-        where = lambda i: f"{rows.path}:{int(lines[i])}"   # noqa: E731
+        where = lambda i: rows.where(sel[i])   # noqa: E731
     else:
         name = cfg.trace if cfg.lengths == "trace" else cfg.lengths
         if not name:
             raise WorkloadError("trace must name a CSV file (num_prefill_tokens,num_decode_tokens) for lengths 'trace'")
         lrows = read_trace(name)
         prefill, decode, idx = sample_trace_lengths(rng_len, lrows, count, cfg.prefill_scale, cfg.decode_scale)
-        where = lambda i: f"{lrows.path}:{int(lrows.lines[idx[i]])} (request {i})"   # noqa: E731
+        where = lambda i: f"{lrows.where(idx[i])} (request {i})"   # noqa: E731
         source += f"; lengths sampled from {lrows.path}"
     if cfg.lengths in ("trace",) + EXAMPLES and (cfg.prefill_scale != 1.0 or cfg.decode_scale != 1.0):
         source += f" (prefill x{cfg.prefill_scale:g}, decode x{cfg.decode_scale:g})"

@@ -259,6 +259,9 @@ def cmd_search(args) -> int:
     from sim.inputs import load_net_calibration
     cal = load_net_calibration(args.net_calibration)
     fields = _switch_fields(args)
+    if "grad_reduce_dtype" in fields:      # the same for every plan: reject it now, not as 0 feasible plans
+        from workload_gen.plan_validation import validate_grad_reduce_dtype
+        validate_grad_reduce_dtype(args.dtype, fields["grad_reduce_dtype"])
     if not fields.get("overlap_grad_reduce", True):
         fields.setdefault("overlap_param_gather", False)    # megatron-core needs grad overlap for it
     sp = tuple({"on": True, "off": False}[v] for v in _words(args.sp, "sp", ("on", "off")))

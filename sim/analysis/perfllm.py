@@ -296,7 +296,8 @@ class PerfLLM:
         from sim.analysis.search import _open_db
         from sim.inputs import make_topology
         from workload_gen import generate
-        db = self._kernel_db() or _open_db()
+        # the user's DB (configure(db=..., gpu_file=...)) even when a PerfLLM system file times the screen
+        db = self._db if self._db is not None else _open_db()
         gpu = self.system_extra.get("gpu") or self.hw.name
         try:
             gpu = db.gpu(gpu).name

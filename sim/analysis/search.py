@@ -172,8 +172,7 @@ def enumerate_plans(model, world_size: int, global_batch_size: int, seq_length: 
             sp_v = pipeline_split(L, pp) if v == 1 else (pipeline_split_vpp(L, pp, v) if pp > 1 else None)
             if sp_v is None or (v > 1 and not space.uneven_pipeline and sp_v[0] is not None):
                 continue
-            if all(c % v == 0 for c in sp_v if c):
-                splits[v] = sp_v
+            splits[v] = sp_v       # pipeline_split_vpp only returns splits whose stages divide by v
         if not splits:
             continue
         vpps = tuple(splits)
@@ -182,8 +181,6 @@ def enumerate_plans(model, world_size: int, global_batch_size: int, seq_length: 
             else (None,)
         for ep, etp_v, mbs, vpp, sp, opt in product(eps, etps, space.micro_batch_size, vpps, sps,
                                                     space.optimizer):
-            if vpp > 1 and pp == 1:
-                continue
             first, last, per_mid = splits[vpp]
             # full recompute of n layers per chunk (clipped to each chunk's size): fractions of the largest
             # chunk, so that fraction 1.0 recomputes every layer of an uneven pipeline too
