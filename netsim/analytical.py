@@ -28,8 +28,6 @@ class GroupFacts:
 
     def __init__(self, view, shape: GroupShape):
         self.b_nv, self.b_net = view.group_bandwidths(shape.gpus)
-        up, _down = view.switch_channels(shape.gpus[0])
-        self.nvls_line = float(sum(view.line_Bps[c] for c in up)) if up else 0.0
         self.units = shape.m
         self.one_per_unit = shape.k_max == 1 and shape.m > 1
         # LL128 needs NVLink inside the units (NCCL's "intra path <= NVB" rule)

@@ -326,7 +326,6 @@ class FlowNetwork:
         return [(r.nbytes, r.start_s, r.end_s) for r in self.engine.flow_records]
 
 
-MODEL_OPTIONS = ("net_calibration", "launch_overhead", "gpus_per_process", "routing")
 
 
 def make_backend(kind: str, topology, *, net_calibration: NetCalibration | None = None, **options):

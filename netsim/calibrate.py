@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from netsim.api import bus_factor
 from netsim.errors import NetsimError
@@ -41,13 +41,12 @@ class Series:
     gpus_per_process: int = 1
     cuda_graphs: bool = False
     units: int = 1
-    extra: dict = field(default_factory=dict)
 
 
-def table_series(table, topology) -> Series:
-    """A PerfTable as a group of the topology: its ranks over its hosts (first servers)."""
+def table_series(table, topology, ranks: int | None = None) -> Series:
+    """A PerfTable as a group of the topology: its ranks (the file's, else `ranks`: --gpus) over its hosts."""
     gps = topology.gpus_per_server
-    n = table.ranks
+    n = table.ranks or ranks
     if n is None:
         raise NetsimError(f"{table.path}:1: cannot tell how many GPUs ran (no '#  Rank ...' lines): give --gpus")
     hosts = table.hosts or max(1, math.ceil(n / gps))
@@ -109,7 +108,6 @@ class _Model:
     def __init__(self, topology, series: list[Series]):
         self.topology = topology
         self.series = series
-        self._view = None
 
     def times(self, cal: NetCalibration) -> list[list[float]]:
         import netsim
@@ -381,6 +379,8 @@ def main(args) -> int:
     folder = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(folder):
         raise NetsimError(f"-o {args.output}: cannot write (folder {folder} does not exist)")
+    if os.path.isdir(args.output):
+        raise NetsimError(f"-o {args.output}: is a directory; give a file name (before the fit, not after)")
     tables = [read_nccl_tests(f, op=op, in_place=args.in_place) for f in args.files]
     busbw = read_simai_busbw(args.simai_busbw) if args.simai_busbw else None
     # defaults from the data: GPU model, GPUs and GPUs per server
@@ -395,7 +395,7 @@ def main(args) -> int:
             if args.gpus_per_server is None and hosts:
                 args.gpus_per_server = max(1, args.gpus // hosts[0])
     topology = topology_from_args(args)
-    series = [table_series(t, topology) for t in tables]
+    series = [table_series(t, topology, args.gpus) for t in tables]
     notes: list[str] = []
     if busbw:
         extra, notes = simai_series(busbw, args.simai_busbw, topology)

@@ -79,7 +79,6 @@ ARCH_BY_GPU = {
     "H20": "hopper", "GH200": "hopper", "B200": "blackwell", "B300": "blackwell", "GB200": "blackwell",
     "GB300": "blackwell",
 }
-ARCHS = ("volta", "ampere", "hopper", "blackwell")
 
 # ------------------------------------------------------------------ protocols and algorithm families
 PROTOCOLS = ("ll", "ll128", "simple")

@@ -1,9 +1,8 @@
-"""Output-file helpers: figures written atomically (temp file + rename) with the user's usual mode."""
+"""Output-file helpers: the user's usual file mode for files made by mkstemp; atomic figures (via topo)."""
 
 from __future__ import annotations
 
 import os
-import tempfile
 
 
 def user_mode(path: str) -> None:
@@ -14,14 +13,6 @@ def user_mode(path: str) -> None:
 
 
 def save_figure(fig, path: str, dpi: int, prefix: str) -> None:
-    """Save a matplotlib figure to `path` through a temporary file beside it (never half-written)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".png", dir=folder)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=dpi, bbox_inches="tight")
-        user_mode(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    """Save a matplotlib figure to `path` atomically (topo.draw.save_png, cropped to its content)."""
+    from topo.draw import save_png
+    save_png(fig, path, dpi=dpi, prefix=prefix, bbox_inches="tight")

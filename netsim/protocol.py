@@ -15,14 +15,14 @@ from netsim import calibration as cal
 from netsim.errors import NetsimError
 from netsim.netcal import NetCalibration
 
-PROTOCOL_ALIASES = {"auto": "auto", "ll": "ll", "ll128": "ll128", "simple": "simple"}
+PROTOCOL_NAMES = ("auto", "ll", "ll128", "simple")
 
 
 def parse_protocol(text: str) -> str:
     key = str(text).strip().lower()
-    if key not in PROTOCOL_ALIASES:
+    if key not in PROTOCOL_NAMES:
         raise NetsimError(f"unknown protocol {text!r} (known: auto, LL, LL128, Simple)")
-    return PROTOCOL_ALIASES[key]
+    return key
 
 
 def link_class(kinds) -> str:

@@ -30,13 +30,14 @@ def _umask() -> int:
     return mask
 
 
-def _save(fig, path: str) -> None:
+def save_png(fig, path: str, *, dpi: int = 110, prefix: str = ".topo-draw.", bbox_inches=None) -> None:
+    """Save a matplotlib figure as PNG through a temporary file beside `path` (never half-written)."""
     path = os.fspath(path)
     d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".topo-draw.", suffix=".png", dir=d)
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".png", dir=d)
     os.close(fd)
     try:
-        fig.savefig(tmp, dpi=110, format="png")
+        fig.savefig(tmp, dpi=dpi, format="png", bbox_inches=bbox_inches)
         os.chmod(tmp, 0o666 & ~_umask())   # mkstemp creates 0600; give the file the user's usual mode
         os.replace(tmp, path)
     finally:
@@ -54,7 +55,7 @@ def draw_topology(t: Topology, path: str, detail_limit: int = 256) -> None:
         fig = _detailed(t, plt)
     else:
         fig = _aggregated(t, plt)
-    _save(fig, path)
+    save_png(fig, path)
     plt.close(fig)
 
 

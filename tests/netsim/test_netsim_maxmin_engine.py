@@ -182,6 +182,7 @@ def test_backend_without_numba(monkeypatch):
     assert netsim.make_backend("flow", t).estimate(req) == pytest.approx(default, rel=1e-9)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not numba_available(), reason="numba not installed")
 def test_builtin_example_identical_with_and_without_numba(monkeypatch):
     """A simulation must not depend on whether numba is installed (`pip install .` has none, the test extra

@@ -3,6 +3,11 @@
 Per curve (netsim.validation describes each system as a topology): median |error| <= 10% for sizes
 >= 1 MiB and <= 25% below, and the flow and analytical backends agree within 2% at every point.
 The measured numbers are the published ones (transcription checked against the reference file).
+Constants calibrated from these curves (issue 17 asks for exactly that; sources in netsim/calibration.py):
+the per-GPU launch cost (6.1 floors), the Ampere NVLink hop scale (6.3) and the NVLS fill chunk (6.1
+H100/H200), so those curves check the model's form rather than the constants. A curve's OWN system
+parameters fitted from its points (6.2: the TCPXO hop latency from its small-message floor) are not
+tested on the range they came from (`Curve.fitted_range`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ def results():
 def test_curve_within_tolerance(key, results):
     pts = results[key]
     big, small = v.medians(pts)
+    fitted = next(c.fitted_range for c in v.CURVES if c.key == key)
+    big, small = (None if fitted == "big" else big), (None if fitted == "small" else small)
     assert big is not None or small is not None
     if big is not None:
         assert big <= 0.10, (key, [round(p.error("flow"), 3) for p in pts])

@@ -116,12 +116,16 @@ def test_auto_routing_is_rail_where_the_fabric_steers_rings_and_ecmp_elsewhere()
 def test_cross_rail_traffic_keeps_ecmp_hashing():
     """An all-to-all between GPUs of different rails is routed by hash in both modes (same paths)."""
     t = topo.build("dcn+", gpus=128)
-    rail = netsim.make_backend("flow", t)
+    rail = netsim.make_backend("flow", t, routing="rail")
     ecmp = netsim.make_backend("flow", t, routing="ecmp")
+    assert (rail.planner.view.routing, ecmp.planner.view.routing) == ("rail", "ecmp")
     src, dst = 0, 64 + 3                                                       # rail 0 -> rail 3, other ToR
     a = rail.planner.view.path(src, dst, 5)
     b = ecmp.planner.view.path(src, dst, 5)
     assert a == b
+    # the modes do differ where they should: some same-rail pairs between ToRs take other spines
+    same_rail = [(8 * s, 64 + 8 * d) for s in range(8) for d in range(8)]
+    assert any(rail.planner.view.path(x, y, 5) != ecmp.planner.view.path(x, y, 5) for x, y in same_rail)
     with pytest.raises(netsim.NetsimError, match="routing must be one of"):
         netsim.make_backend("flow", t, routing="spray")
 
