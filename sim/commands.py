@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from sim.errors import SimError
+from workload_gen.plan import no_dp_overlap_fields
 
 # The built-in example `clustersim run` simulates when given no arguments: a GPT-7B-class model
 # (AICB -m 7) on 32 H100 of a Spectrum-X fabric, TP 4 (sequence parallel) x PP 2 (1F1B) x DP 4,
@@ -113,6 +114,17 @@ def build_inputs(job: dict):
     return workload, topology, default_gpu(topology, job.get("gpu"))
 
 
+def add_calibration_args(p: argparse.ArgumentParser, network: bool = True) -> None:
+    """--db, --gpu-file (and --net-calibration): the user's own kernel, GPU and network measurements."""
+    c = p.add_argument_group("calibration (your own measurements)")
+    c.add_argument("--db", help="kernel timing DB (SQLite from `clustersim measure`/`compute-db`), layered "
+                                "over the shipped one")
+    c.add_argument("--gpu-file", help="GPU spec YAML adding GPUs to the table (compute_db layout)")
+    if network:
+        c.add_argument("--net-calibration", help="network calibration file fitted to your nccl-tests runs "
+                                                 "(`clustersim collective calibrate`)")
+
+
 def open_job_db(job: dict):
     """compute_db.open_db(--db, --gpu-file) of a job (the shipped DB when neither is given)."""
     from compute_db import open_db
@@ -193,11 +205,7 @@ def _add_inputs(p: argparse.ArgumentParser, fabric_flag: bool = True) -> None:
     t.add_argument("--gpu", help="GPU for compute times (default: the topology's GPU type)")
     t.add_argument("--gpu-type", help="GPU type written into a template topology (e.g. A100, H100)")
     t.add_argument("--mapping", help="rank -> GPU mapping file (JSON list or one id per line)")
-    c = p.add_argument_group("calibration (your own measurements)")
-    c.add_argument("--db", help="kernel timing DB (SQLite from `clustersim measure`/`compute-db`), layered "
-                                "over the shipped one")
-    c.add_argument("--gpu-file", help="GPU spec YAML adding GPUs to the table (compute_db layout)")
-    c.add_argument("--net-calibration", help="network calibration file fitted to your nccl-tests runs (netsim)")
+    add_calibration_args(p)
     s = p.add_argument_group("simulation")
     s.add_argument("--network", "-n", choices=("flow", "analytical"), default="flow",
                    help="network backend (default flow)")
@@ -210,11 +218,7 @@ def _add_inputs(p: argparse.ArgumentParser, fabric_flag: bool = True) -> None:
 def _job_from_args(args) -> dict:
     dests = [d for d, *_ in _PLAN_FLAGS] + [d for d, *_ in _PLAN_BOOLS] + [d for d, *_ in _PLAN_SWITCHES]
     plan = {dest: getattr(args, dest) for dest in dests if getattr(args, dest, None) is not None}
-    if getattr(args, "no_dp_overlap", False):
-        for dest in ("overlap_grad_reduce", "overlap_param_gather"):
-            if plan.get(dest):
-                raise SimError(f"--no-dp-overlap contradicts --{dest.replace('_', '-')}")
-            plan[dest] = False
+    plan = no_dp_overlap_fields(plan, getattr(args, "no_dp_overlap", False))
     return {"workload": args.workload, "model": args.model, "plan_file": args.plan_file, "plan": plan,
             "fabric": getattr(args, "fabric", None), "gpus": args.gpus, "gpu": args.gpu,
             "gpu_type": args.gpu_type, "network": args.network, "sampling": args.sampling,

@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from workload_gen.errors import ConfigFileError, WorkloadError
+from workload_gen.plan import no_dp_overlap_fields
 
 AICB_SIZES = {"7", "13", "22", "175", "405", "moe", "deepseek671", "deepseek236", "deepseek16"}
 
@@ -204,10 +205,7 @@ def _plan(args, model):
     if args.grads_fp32 and args.grad_reduce_dtype not in (None, "fp32"):
         raise WorkloadError("--accumulate-allreduce-grads-in-fp32 contradicts --grad-reduce-dtype "
                             f"{args.grad_reduce_dtype}")
-    if args.no_dp_overlap:
-        if args.overlap_grad_reduce or args.overlap_param_gather:
-            raise WorkloadError("--no-dp-overlap contradicts --overlap-grad-reduce / --overlap-param-gather")
-        flags["overlap_grad_reduce"] = flags["overlap_param_gather"] = False
+    flags = no_dp_overlap_fields(flags, args.no_dp_overlap)
     cfg = dict(base)
     cfg.update({k: v for k, v in flags.items() if v is not None})
     cfg.setdefault("seq_length", model.seq_length)

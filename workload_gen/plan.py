@@ -19,6 +19,18 @@ GRAD_REDUCE_DTYPES = ("auto", "fp32", "bf16", "fp16")
 DEFAULT_RANK_ORDER = "tp-cp-ep-dp-pp"
 
 
+def no_dp_overlap_fields(fields: dict, no_dp_overlap: bool) -> dict:
+    """Apply a --no-dp-overlap switch (Megatron-LM 2021: no DP overlap at all) to plan field overrides:
+    both overlap fields false; an explicit true for either contradicts it (PlanError naming the flags)."""
+    if not no_dp_overlap:
+        return fields
+    for name in ("overlap_grad_reduce", "overlap_param_gather"):
+        if fields.get(name):
+            from workload_gen.errors import PlanError
+            raise PlanError(f"--no-dp-overlap contradicts --{name.replace('_', '-')}")
+    return {**fields, "overlap_grad_reduce": False, "overlap_param_gather": False}
+
+
 @dataclass(frozen=True)
 class ParallelPlan:
     world_size: int

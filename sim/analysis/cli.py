@@ -7,6 +7,7 @@ import json
 import os
 import sys
 
+from sim.commands import add_calibration_args
 from sim.errors import SimError
 
 GiB = 1024 ** 3
@@ -24,7 +25,7 @@ def register(subparsers) -> None:
     m.add_argument("--opwalk", action="store_true",
                    help="activations from analysis's own op walk instead of the generated workload's saved_bytes")
     m.add_argument("--json", metavar="PATH", help="also write the full report as JSON")
-    _calibration_args(m, network=False)
+    add_calibration_args(m, network=False)
     m.set_defaults(func=cmd_memory)
 
     s = subparsers.add_parser("search", help="search parallel plans (TP/SP/PP/VPP/CP/EP/recompute/ZeRO) that fit")
@@ -54,16 +55,8 @@ def register(subparsers) -> None:
     s.add_argument("--no-confirm", action="store_true", help="skip the flow-backend confirmation")
     s.add_argument("--workers", type=int, default=1, help="local worker processes (under mpiexec: MPI ranks)")
     s.add_argument("--out", "-o", default="search_out", help="output directory (default search_out)")
-    _calibration_args(s, network=True)
+    add_calibration_args(s)
     s.set_defaults(func=cmd_search)
-
-
-def _calibration_args(p, network: bool) -> None:
-    c = p.add_argument_group("calibration (your own measurements)")
-    c.add_argument("--db", help="kernel timing DB (SQLite), layered over the shipped one")
-    c.add_argument("--gpu-file", help="GPU spec YAML adding GPUs to the table (compute_db layout)")
-    if network:
-        c.add_argument("--net-calibration", help="network calibration file (netsim) for the flow confirmation")
 
 
 def _plan_switch_args(p) -> None:
@@ -88,18 +81,15 @@ def _switch_fields(args) -> dict:
     for f in ("overlap_grad_reduce", "overlap_param_gather", "overlap_p2p_comm", "tp_comm_overlap"):
         if getattr(args, f, None) is not None:
             out[f] = getattr(args, f)
-    if getattr(args, "no_dp_overlap", False):
-        if out.get("overlap_grad_reduce") or out.get("overlap_param_gather"):
-            raise SimError("--no-dp-overlap contradicts --overlap-grad-reduce / --overlap-param-gather")
-        out["overlap_grad_reduce"] = out["overlap_param_gather"] = False
-    return out
+    from workload_gen.plan import no_dp_overlap_fields
+    return no_dp_overlap_fields(out, getattr(args, "no_dp_overlap", False))
 
 
 def _db_from_args(args):
-    """compute_db.open_db(--db, --gpu-file), or None when neither is given (the shipped DB)."""
-    if getattr(args, "db", None) or getattr(args, "gpu_file", None):
-        from compute_db import open_db
-        return open_db(args.db, args.gpu_file)
+    """compute_db.open_db(--db, --gpu-file), or None when neither is given (callers open the shipped DB)."""
+    if args.db or args.gpu_file:
+        from sim.commands import open_job_db
+        return open_job_db({"db": args.db, "gpu_file": args.gpu_file})
     return None
 
 

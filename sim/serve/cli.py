@@ -13,6 +13,7 @@ import sys
 import time
 from dataclasses import fields
 
+from sim.commands import add_calibration_args
 from sim.errors import SimError
 from sim.serve.plan import ROUTERS, SCHEDULERS, ServingPlan
 
@@ -94,11 +95,7 @@ def register(subparsers) -> None:
                         "without CUDA graphs: host issue per kernel), none")
     c.add_argument("--cpu-per-iteration-ms", type=float, default=0.0,
                    help="CPU time between iterations during which the GPU idles (scheduling, input preparation), ms")
-    c.add_argument("--db", help="kernel timing DB (SQLite from `clustersim measure` / `compute-db`), layered over the "
-                               "shipped one")
-    c.add_argument("--gpu-file", help="GPU spec YAML adding GPUs to the table (compute_db layout)")
-    c.add_argument("--net-calibration", help="network calibration file fitted to your nccl-tests runs "
-                                             "(`clustersim collective calibrate`)")
+    add_calibration_args(p)
     o = p.add_argument_group("SLOs and output")
     o.add_argument("--slo-ttft", type=float, help="goodput: TTFT limit, s")
     o.add_argument("--slo-tbt", type=float, help="goodput: limit on a request's largest time between tokens, s")
@@ -193,8 +190,8 @@ def cmd_serve(args) -> int:
     if args.out != "-":
         from sim.report import check_out_dir
         check_out_dir(args.out, SERVE_FILES)      # before the simulation, not after
-    from compute_db import open_db
-    db = open_db(args.db, args.gpu_file)
+    from sim.commands import open_job_db
+    db = open_job_db({"db": args.db, "gpu_file": args.gpu_file})
     net_cal = None
     if args.net_calibration:
         import netsim
