@@ -53,9 +53,7 @@ def ring_bandwidth_Bps(shape: GroupShape, facts: GroupFacts) -> float:
 def _data_s(plan, size: float, rate_Bps: float) -> float:
     """Payload time of the collective's (symmetric) flows at `rate_Bps` per flow, with fill and LL cap."""
     f = plan.flows[0]
-    infl = fill_factor(f.frac, size, f.nch, f.fill_stages, f.fill_chunk)
-    rate = min(rate_Bps, f.cap_Bps)
-    return f.frac * size * infl / rate
+    return f.payload_bytes(size) / min(rate_Bps, f.cap_Bps)
 
 
 def closed_form_s(view, plan, size: float) -> float | None:
@@ -68,11 +66,8 @@ def closed_form_s(view, plan, size: float) -> float | None:
         rate = plan.efficiency * ring_bandwidth_Bps(shape, facts) / c_n
         return delay + lat + _data_s(plan, size, rate)
     if plan.algorithm == "nvls":
-        f = plan.flows[0]
-        wmax = max(1 + 1 / shape.n, 1.0) if op == "all_reduce" else ((shape.n - 1) / shape.n if op == "all_gather"
-                                                                    else 1.0)
-        rate = facts.b_nv / wmax
-        return delay + lat + _data_s(plan, size, min(rate, f.cap_Bps))
+        wmax = 1 + 1 / shape.n if op == "all_reduce" else ((shape.n - 1) / shape.n if op == "all_gather" else 1.0)
+        return delay + lat + _data_s(plan, size, facts.b_nv / wmax)
     if plan.algorithm == "direct" and op == "all_to_all":
         n = shape.n
         per = size / n

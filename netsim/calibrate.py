@@ -108,13 +108,19 @@ class _Model:
     def __init__(self, topology, series: list[Series]):
         self.topology = topology
         self.series = series
+        # the last view: candidates that change only latencies or fill (most of a fit) reuse it
+        self._view_key: tuple | None = None
+        self._view = None
 
     def times(self, cal: NetCalibration) -> list[list[float]]:
         import netsim
         from netsim.backend import Planner
         from netsim.topoview import TopoView
 
-        view = TopoView(self.topology, calibration=cal)
+        key = (cal.nvlink_efficiency, cal.network_efficiency, cal.pcie_efficiency)   # what TopoView reads
+        if key != self._view_key:
+            self._view_key, self._view = key, TopoView(self.topology, calibration=cal)
+        view = self._view
         out = []
         planners: dict[tuple, Planner] = {}
         for s in self.series:

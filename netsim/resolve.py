@@ -26,6 +26,10 @@ class ResolvedFlow:
     fill_stages: float = 1.0
     fill_chunk: float = 0.0  # bytes per channel (0: no fill)
 
+    def payload_bytes(self, size: float) -> float:
+        """Bytes this flow moves for a request of `size`: its share times the pipeline-fill factor."""
+        return self.frac * size * fill_factor(self.frac, size, self.nch, self.fill_stages, self.fill_chunk)
+
 
 @dataclass(frozen=True)
 class ResolveContext:
@@ -200,7 +204,7 @@ class ScheduleRun:
     def _launch(self, i: int) -> None:
         f = self.flows[i]
         lat = max(0.0, self.ready[i] - self.engine.now_s)
-        nbytes = f.frac * self.size * fill_factor(f.frac, self.size, f.nch, f.fill_stages, f.fill_chunk)
+        nbytes = f.payload_bytes(self.size)
         self.engine.add_flow(f.channels, nbytes, weights=f.weights, latency_s=lat,
                              cap_Bps=f.cap_Bps, on_done=lambda _fid, t, i=i: self._flow_done(i, t))
 
@@ -239,7 +243,7 @@ def static_time_s(view, flows: list[ResolvedFlow], size: float, use_numba: bool 
     if len(local) == 1 and not local[0].deps and not local[0].after:
         f = local[0]     # one flow alone: its rate is its tightest link (or its cap)
         rate = min(float(np.min(cap[f.channels] / f.weights)) if len(f.channels) else math.inf, f.cap_Bps)
-        nbytes = f.frac * size * fill_factor(f.frac, size, f.nch, f.fill_stages, f.fill_chunk)
+        nbytes = f.payload_bytes(size)
         return delay_s + f.latency_s * lat_mult + (nbytes / rate if nbytes > 0 else 0.0)
     engine = FlowEngine(cap, use_numba=use_numba)
     done: list[float] = []
