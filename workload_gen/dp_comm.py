@@ -230,6 +230,19 @@ def iteration_start_ops(c: Ctx, local_params: int) -> list[Op]:
     return [_traffic_op("zero_grad_buffer", grad_reduce_bytes(c.plan) * local_params, "iteration_start")]
 
 
+ADAM_BYTES_PER_PARAM = 30   # read fp32 master, m, v, grad (16 B); write master, m, v (12 B) + the 16-bit param (2 B)
+
+
+def shard_kernel_bytes(plan: ParallelPlan) -> list[tuple[str, int]]:
+    """(kernel, HBM bytes per parameter of the rank's optimizer shard) of the once-per-iteration tail, in
+    order: 16-bit grads -> fp32 main grads, fp16 unscale, gradient L2 norm, Adam step."""
+    gbytes = grad_reduce_bytes(plan)
+    out = [("main_grad_copy", gbytes + 4)] if gbytes < 4 else []
+    if plan.dtype == "fp16":
+        out.append(("grad_unscale", 8))
+    return out + [("grad_norm_l2", 4), ("optimizer_step", ADAM_BYTES_PER_PARAM)]
+
+
 def optimizer_ops(c: Ctx, dense_params: int, expert_params: int, tp_replicated: int, embedding_grad: int,
                   *, shard_dense: int, shard_expert: int, norm_groups: tuple[str, ...] = ("mp",)) -> list[Op]:
     """Once-per-iteration tail in Megatron's order: SP/duplicated-param TP all-reduce and tied-embedding
@@ -245,17 +258,18 @@ def optimizer_ops(c: Ctx, dense_params: int, expert_params: int, tp_replicated: 
         out.append(comm("embedding_grad_ar", "all_reduce", "embedding", embedding_grad * gbytes, -1,
                         "iteration_end", dtype=gdtype))
     n = -(-dense_params // shard_dense) + -(-expert_params // shard_expert)
-    if gbytes < 4:
-        out.append(_traffic_op("main_grad_copy", (gbytes + 4) * n, "iteration_end"))
-    if c.plan.dtype == "fp16":
-        out.append(_traffic_op("grad_unscale", 8 * n, "iteration_end"))
-        out.append(comm("found_inf_ar", "all_reduce", "mp", 4, -1, "iteration_end", dtype="fp32"))
-    out.append(_traffic_op("grad_norm_l2", 4 * n, "iteration_end"))
-    for g in norm_groups:
-        out.append(comm(f"grad_norm_ar_{g}", "all_reduce", g, 4, -1, "iteration_end", dtype="fp32"))
-    # Adam: read fp32 master, m, v, grad (16 B); write master, m, v (12 B) and the 16-bit param (2 B)
-    out.append(ComputeOp(name="optimizer_step", kind="optimizer", shape=(("params", max(1, n)),), dtype="fp32",
-                         flops=12.0 * n, bytes=30.0 * n, variant="step", layer=-1, phase="iteration_end"))
+    for name, per_param in shard_kernel_bytes(c.plan):
+        if name == "optimizer_step":
+            out.append(ComputeOp(name=name, kind="optimizer", shape=(("params", max(1, n)),), dtype="fp32",
+                                 flops=12.0 * n, bytes=float(per_param * n), variant="step", layer=-1,
+                                 phase="iteration_end"))
+            continue
+        out.append(_traffic_op(name, per_param * n, "iteration_end"))
+        if name == "grad_unscale":
+            out.append(comm("found_inf_ar", "all_reduce", "mp", 4, -1, "iteration_end", dtype="fp32"))
+        elif name == "grad_norm_l2":
+            for g in norm_groups:
+                out.append(comm(f"grad_norm_ar_{g}", "all_reduce", g, 4, -1, "iteration_end", dtype="fp32"))
     return out
 
 

@@ -35,7 +35,7 @@ from sim.analysis.opwalk import (
 )
 from sim.analysis.stagefacts import layer_assignment, rank_params
 from sim.overheads import HOST_PER_KERNEL_S, KERNEL_GAP_S
-from workload_gen.dp_comm import grad_reduce_bytes, megatron_bucket_elements
+from workload_gen.dp_comm import grad_reduce_bytes, megatron_bucket_elements, shard_kernel_bytes
 
 GEMM_PEAK_EFF = 0.78       # large-GEMM efficiency (H100 measured 70–85% of dense peak, hardware.md)
 HBM_EFF = 0.80             # achievable fraction of HBM bandwidth for memory-bound kernels
@@ -339,10 +339,11 @@ def estimate_step(model, plan, hw: HardwareSpec, *, db=None, topology=None, sele
         dp_t += ct.time("all_reduce", "embedding", gb * D.vocab // plan.tp * D.h)
     exposed["DP"] = dp_t
     shard = (rp.dense / (plan.dp * plan.cp) + rp.expert / max(1, plan.edp)) if dist else rp.total
-    # dp_comm's optimizer-side kernels: Adam 30 B + gradient norm 4 B (+ fp32 copy of 16-bit grads,
-    # + fp16 unscale 8 B) per shard parameter; zero_grad_buffer over every local parameter
-    per_shard = 30.0 + 4.0 + (gb + 4.0 if gb < 4 else 0.0) + (8.0 if plan.dtype == "fp16" else 0.0)
-    optimizer_s = (shard * per_shard + rp.total * gb) / (hw.hbm_Bps * HBM_EFF) + 5 * (HOST_PER_KERNEL_S + KERNEL_GAP_S)
+    # dp_comm's optimizer-side kernels over the shard, zero_grad_buffer over every local parameter
+    kernels = shard_kernel_bytes(plan)
+    per_shard = float(sum(b for _, b in kernels))
+    optimizer_s = ((shard * per_shard + rp.total * gb) / (hw.hbm_Bps * HBM_EFF)
+                   + (len(kernels) + 1) * (HOST_PER_KERNEL_S + KERNEL_GAP_S))
     compute_s = m * stage_comp[slow]
     it = (m + (pp - 1) / vpp) * chunk_s + exposed["PP"] + exposed["DP"] + optimizer_s
     return StepEstimate(it, compute_s, m * stage_rec[slow], exposed, bubble, optimizer_s, chunk_s,
