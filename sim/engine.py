@@ -66,6 +66,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import chain
 
 from netsim.api import CollectiveRequest
 from sim.errors import SimError
@@ -723,21 +724,10 @@ class _StageRun:
         return False
 
     def _outstanding(self):
+        """Every communication this rank may wait for at a device sync, each once."""
         seen = set()
-        for h in self.live:
-            if id(h) not in seen:
-                seen.add(id(h))
-                yield h
-        for hs in self.pending.values():
-            for h in hs:
-                if id(h) not in seen:
-                    seen.add(id(h))
-                    yield h
-        for h, _ in list(self.seg_outstanding) + list(self.deferred):
-            if id(h) not in seen:
-                seen.add(id(h))
-                yield h
-        for h in self.sent_handles:
+        for h in chain(self.live, chain.from_iterable(self.pending.values()),
+                       (h for h, _ in list(self.seg_outstanding) + list(self.deferred)), self.sent_handles):
             if id(h) not in seen:
                 seen.add(id(h))
                 yield h
