@@ -79,13 +79,11 @@ def dense_group(c: Ctx) -> tuple[str, int]:
 
 def grad_buckets(c: Ctx, bwd: list[tuple[Op, int, int]], *, collective: str | None = None,
                  bucket_elems: int | None = None,
-                 microbatch: str = "last", prefix: str = "dp_grad",
-                 emit: bool = True) -> tuple[list[Op], list[list[int]]]:
+                 microbatch: str = "last", prefix: str = "dp_grad") -> tuple[list[Op], list[list[int]]]:
     """Insert bucketed gradient reductions into a backward op list.
 
     `bwd` holds (op, dense_params_ready, expert_params_ready). Returns the op list and, per bucket
     kind, the bucket sizes in elements ([dense, expert]) in the order they were issued.
-    emit=False: only the bucket sizes (the backward list is returned without reductions).
     """
     p = c.plan
     gdtype = grad_reduce_dtype(p)
@@ -101,7 +99,7 @@ def grad_buckets(c: Ctx, bwd: list[tuple[Op, int, int]], *, collective: str | No
 
     def flush(kind: int, layer: int = -1) -> None:
         group, gsize, name = groups[kind]
-        if acc[kind] and gsize > 1 and emit:
+        if acc[kind] and gsize > 1:
             out.append(comm(f"{name}{len(sizes[kind])}", collective, group, acc[kind] * grad_bytes, layer, "bwd",
                             blocking=False, microbatch=microbatch, dtype=gdtype))
         if acc[kind]:

@@ -143,8 +143,9 @@ def _chunk(c: Ctx, ci: int, layers: tuple[int, ...], first_v: bool, last_v: bool
         if p.distributed_optimizer and p.overlap_param_gather:
             fwd = dp_comm.param_gathers(c, fwd, bwd)
     else:
-        # megatron-core: no overlap -> infinite buckets, reduced in finalize_model_grads
-        backward, sizes = dp_comm.grad_buckets(c, bwd, bucket_elems=max(1, dense_total + expert_total), emit=False)
+        # megatron-core: no overlap -> one infinite bucket per kind, reduced in finalize_model_grads
+        backward = [op for op, _, _ in bwd]
+        sizes = [[n] if n else [] for n in (dense_total, expert_total)]
     return ChunkProgram(chunk=ci, layers=tuple(layers), forward=fwd, backward=backward), sizes
 
 
