@@ -47,7 +47,7 @@ def build_shipped(shared_dir: str | Path, out: str | Path) -> BuildSummary:
     """Write the shipped DB to `out` (atomically) from `shared_dir`."""
     rows, figures = shipped_data(shared_dir)
     plain, series = store.pack_series(rows)
-    n = store.write_fresh(out, rows, figures, pack=True)
+    n = store.write_fresh(out, plain, figures, series=series)
     out = Path(out)
     return BuildSummary(out, n - len(figures), len(series), len(plain), len(figures), out.stat().st_size,
                         tuple(sorted({r.gpu for r in rows} | {f.gpu for f in figures})))

@@ -25,6 +25,9 @@ from compute_db.errors import ComputeDBError
 from compute_db.keys import KernelKey
 
 ALL = "all"
+# leave_one_shape_out refits the GPU's data once per held-out shape (~15 ms each on SimuMax's B200 with 438 shapes,
+# ~0.3 s each on a Vidur GPU with >13,000): a run of more shapes than this is refused (use leave_one_model_out)
+MAX_SHAPES = 1000
 
 
 @dataclass(frozen=True)
@@ -103,8 +106,10 @@ def leave_one_model_out(db: ComputeDB, gpu: str, min_tokens: int = 64,
     return out
 
 
-def leave_one_shape_out(db: ComputeDB, gpu: str, kinds: tuple[str, ...] = ("gemm",)) -> list[FamilyError]:
-    """Per-kind errors of predicting each measured shape of `kinds` on `gpu` from the GPU's other rows."""
+def leave_one_shape_out(db: ComputeDB, gpu: str, kinds: tuple[str, ...] = ("gemm",),
+                        max_shapes: int = MAX_SHAPES) -> list[FamilyError]:
+    """Per-kind errors of predicting each measured shape of `kinds` on `gpu` from the GPU's other rows
+    (ComputeDBError, before any work, when the GPU has more than `max_shapes` of them)."""
     name = gpu_table.canonical_name(gpu, db.extra_gpus)
     rows = db.rows(name)
     by_shape: dict[tuple, list] = defaultdict(list)
@@ -113,6 +118,10 @@ def leave_one_shape_out(db: ComputeDB, gpu: str, kinds: tuple[str, ...] = ("gemm
             by_shape[class_of(r.key)].append(r)
     if len(by_shape) < 2:
         raise ComputeDBError(f"leave-one-shape-out needs at least 2 measured shapes of {', '.join(kinds)} on {name}")
+    if len(by_shape) > max_shapes:
+        raise ComputeDBError(f"leave-one-shape-out: {name} has {len(by_shape)} measured shapes of {', '.join(kinds)}, "
+                             f"more than the {max_shapes} one run evaluates (each refits the GPU's data); "
+                             f"use --by model")
     full: dict[str, list[float]] = defaultdict(list)
     roof: dict[str, list[float]] = defaultdict(list)
     srcs: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))

@@ -74,7 +74,8 @@ def register(subparsers) -> None:
     p.add_argument("--gpu", required=True)
     p.add_argument("--by", choices=("model", "shape"), default="model",
                    help="hold out one model (default) or one shape at a time")
-    p.add_argument("--min-tokens", type=int, default=64, help="only kernels with at least this many tokens (64)")
+    p.add_argument("--min-tokens", type=int, default=None,
+                   help="only kernels with at least this many tokens (default 64; --by model only)")
     p.add_argument("--family", action="append",
                    help="restrict to an op family (repeatable), e.g. gemm; with --by shape: kernel kinds "
                         "(default gemm, grouped_gemm)")
@@ -206,8 +207,11 @@ def cmd_calibrate(args) -> int:
     if unknown:
         what = "kernel kind" if args.by == "shape" else "op family"
         raise ComputeDBError(f"--family: unknown {what} {', '.join(unknown)} (known: {', '.join(known)})")
-    if args.min_tokens < 0:
-        raise ComputeDBError(f"--min-tokens: must be >= 0, got {args.min_tokens}")
+    if args.min_tokens is not None and args.by == "shape":
+        raise ComputeDBError("--min-tokens: applies to --by model only (--by shape evaluates every measured shape)")
+    min_tokens = 64 if args.min_tokens is None else args.min_tokens
+    if min_tokens < 0:
+        raise ComputeDBError(f"--min-tokens: must be >= 0, got {min_tokens}")
     db = _open(args)
     name = db.gpu(args.gpu).name
     if args.by == "shape":
@@ -216,9 +220,8 @@ def cmd_calibrate(args) -> int:
         print(format_table(name, errors, 0, title=f"Leave-one-shape-out error on {name} (every measured shape of "
                                                   f"{', '.join(kinds)}; |predicted/measured - 1|)", group="shapes"))
         return 0
-    errors = leave_one_model_out(db, name, args.min_tokens, tuple(args.family) if args.family else None,
-                                 with_total=True)
-    print(format_table(name, errors, args.min_tokens))
+    errors = leave_one_model_out(db, name, min_tokens, tuple(args.family) if args.family else None, with_total=True)
+    print(format_table(name, errors, min_tokens))
     return 0
 
 

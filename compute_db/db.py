@@ -17,7 +17,7 @@ ComputeOp.time_s set -> "given". A ComputeDB holds only caches of immutable data
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -45,6 +45,7 @@ LARGE_ONLY_TOKENS = 1024
 PROFILE_STEP = 0.025
 PROFILE_MAX = 1 << 24
 PROFILE_BLOCK = 16
+PROFILE_CACHE = 4096      # shapes whose profile a ComputeDB keeps (least recently used dropped)
 FIT_EXTRA_STRIDE = 7
 _GRID = frozenset([1, 2, 4] + [x for k in range(3, 40) for x in (1 << k, 3 << k)])
 
@@ -73,11 +74,7 @@ def class_of(key: KernelKey) -> tuple[tuple, tuple[int, ...]]:
 
 def fit_class(key: KernelKey) -> tuple[str, str, str]:
     """(family, dtype class, variant class) sharing one roofline fit."""
-    fam = key.family
-    if fam in COMPUTE_BOUND_FAMILIES:
-        vcls = "bwd" if (fam == "flash_attn" and key.variant == "bwd") else ""
-        return fam, roofline.dtype_class(key.dtype), vcls
-    return fam, "any", ""
+    return _fit_class_of(key.kind, key.variant, key.dtype)
 
 
 def _fit_class_of(kind: str, variant: str, dtype: str) -> tuple[str, str, str]:
@@ -131,37 +128,71 @@ def _token_axis_of(kind: str, variant: str) -> int:
 def _profile_axis(key: KernelKey) -> int:
     """The dimension a simulator sweeps for this key (token-like): GEMM m, or k for a wgrad GEMM (its
     reduction runs over the tokens); else the kind's series field."""
-    if key.family == "gemm":
-        return key.fields.index("k" if key.variant == "wgrad" else "m")
-    return _thin_axis(key.kind)
+    return _token_axis_of(key.kind, key.variant)
 
 
 class _Profile:
-    """The corrected, clamped roofline of one shape along its token-like axis, on a log lattice (node j at
-    axis value exp(j · PROFILE_STEP)), filled lazily in blocks of PROFILE_BLOCK nodes (a node's values do not
-    depend on which blocks exist: lookups stay deterministic whatever the query order)."""
+    """The corrected, clamped roofline of one shape along its token-like axis on a log lattice (node j at axis
+    value exp(j · PROFILE_STEP)), filled lazily where queries need it: the bare roofline on a prefix of the
+    nodes, the residual field in blocks of PROFILE_BLOCK nodes, the data band node by node. A node's values do
+    not depend on which others exist: lookups stay deterministic whatever the query order."""
 
-    def __init__(self, axis: int, compute: Callable[[np.ndarray], tuple], basis: str, residual_gpu: str | None):
+    def __init__(self, axis: int, log_g: Callable[[np.ndarray], np.ndarray],
+                 field: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None, r_bound: float,
+                 band: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None, basis: str,
+                 residual_gpu: str | None):
         self.axis = axis
         self.basis = basis
         self.residual_gpu = residual_gpu
-        self._compute = compute
-        n = int(math.ceil(math.log(PROFILE_MAX) / PROFILE_STEP)) + 2
-        self.n = n
-        # rows: log t (corrected roofline), log r (residual factor), log lo / log hi (data band), Σwr, Σw
-        self.arr = np.full((6, n), np.nan)
-        self._done = np.zeros((n + PROFILE_BLOCK - 1) // PROFILE_BLOCK, dtype=bool)
-        self._rm = np.full(n, np.nan)      # running maximum of arr[0] (log t), filled up to _rm_upto
-        self._rm_upto = -1
+        self.n = int(math.ceil(math.log(PROFILE_MAX) / PROFILE_STEP)) + 2
+        self._log_g_of = log_g
+        self._log_g = np.empty(0)                  # log g (bare roofline) at nodes 0 .. len - 1
+        self._field_of = field                     # nodes -> (Σwr, Σw) of the residual field; None: no field
+        self._r_bound = r_bound                    # upper bound of the log residual factor anywhere on the line
+        self._blocks: dict[int, np.ndarray] = {}   # block -> rows log t, log r, Σwr, Σw at its nodes
+        self._band_of = band                       # nodes -> (lo, hi) of the data band (s); None: no band
+        self._band: dict[int, tuple[float, float]] = {}   # node -> (log lo, log hi)
 
-    def ensure(self, j0: int, j1: int) -> np.ndarray:
-        """The arrays with nodes j0..j1 (inclusive) filled."""
-        for b in range(j0 // PROFILE_BLOCK, j1 // PROFILE_BLOCK + 1):
-            if not self._done[b]:
-                nodes = np.arange(b * PROFILE_BLOCK, min((b + 1) * PROFILE_BLOCK, self.n))
-                self.arr[:, nodes] = self._compute(nodes)
-                self._done[b] = True
-        return self.arr
+    def log_g(self, upto: int) -> np.ndarray:
+        """log g at nodes 0 .. upto at least (grown geometrically: one vectorized roofline call per doubling)."""
+        have = len(self._log_g)
+        if upto >= have:
+            new = np.arange(have, min(self.n, max(upto + 1, 2 * have, 64)))
+            self._log_g = np.concatenate((self._log_g, self._log_g_of(new)))
+        return self._log_g
+
+    def rows(self, nodes: np.ndarray) -> np.ndarray:
+        """(4 x len(nodes)): log t (corrected roofline), log r (residual factor), Σwr, Σw at the nodes
+        (ascending)."""
+        first, last = int(nodes[0]) // PROFILE_BLOCK, int(nodes[-1]) // PROFILE_BLOCK     # nodes ascending
+        if first == last and first in self._blocks:
+            return self._blocks[first][:, nodes - first * PROFILE_BLOCK]
+        blocks = np.unique(nodes // PROFILE_BLOCK).tolist()
+        log_g = self.log_g(min(self.n, (blocks[-1] + 1) * PROFILE_BLOCK) - 1)
+        for b in blocks:
+            if b not in self._blocks:
+                span = np.arange(b * PROFILE_BLOCK, min((b + 1) * PROFILE_BLOCK, self.n))
+                k = len(span)
+                sum_wr, sum_w = self._field_of(span) if self._field_of is not None else (np.zeros(k), np.zeros(k))
+                log_r = sum_wr / (interpolate.RESIDUAL_PRIOR_WEIGHT + sum_w)
+                self._blocks[b] = np.stack((log_g[span] + log_r, log_r, sum_wr, sum_w))
+        # only the lattice's last block is short, and it sorts last: block b of `blocks` starts at rank · BLOCK
+        stacked = np.concatenate([self._blocks[b] for b in blocks], axis=1)
+        rank = np.searchsorted(np.asarray(blocks), nodes // PROFILE_BLOCK)
+        return stacked[:, rank * PROFILE_BLOCK + nodes % PROFILE_BLOCK]
+
+    def band(self, nodes: np.ndarray) -> np.ndarray:
+        """(2 x len(nodes)): log lo, log hi of the data band at the nodes (-inf / inf: unbounded)."""
+        missing = [nd for nd in nodes.tolist() if nd not in self._band]
+        if missing:
+            if self._band_of is None:
+                lo, hi = np.full(len(missing), -math.inf), np.full(len(missing), math.inf)
+            else:
+                lo, hi = self._band_of(np.asarray(missing))
+                with np.errstate(divide="ignore"):
+                    lo, hi = np.log(lo), np.log(hi)
+            self._band.update(zip(missing, zip(lo.tolist(), hi.tolist())))
+        return np.array([self._band[nd] for nd in nodes.tolist()]).T
 
     def node(self, x: float) -> tuple[int, float]:
         u = math.log(x) / PROFILE_STEP
@@ -171,10 +202,11 @@ class _Profile:
     def at(self, x: float) -> tuple[float, float, float, float]:
         """(t, r, lo, hi) at axis value x (log-linear between lattice nodes)."""
         j, f = self.node(x)
-        arr = self.ensure(j, j + 1)
+        pair = np.array([j, j + 1])
+        arr = np.concatenate((self.rows(pair)[:2], self.band(pair)))
         vals = []
         for row in range(4):
-            a, b = arr[row, j], arr[row, j + 1]
+            a, b = arr[row, 0], arr[row, 1]
             vals.append(math.exp(a + f * (b - a)) if math.isfinite(a) and math.isfinite(b) else math.exp(a if f < 0.5
                                                                                                           else b))
         return vals[0], vals[1], vals[2], vals[3]
@@ -182,25 +214,24 @@ class _Profile:
     def monotone_t_at(self, x: float) -> float:
         """The corrected roofline made non-decreasing along the axis: its running maximum from the lattice's
         first node (x = 1) up to x (s). The residual field follows measured kernels, which are not monotone
-        at small sizes (launch-time noise); the running maximum keeps a token sweep from ever getting faster."""
+        at small sizes (launch-time noise); the running maximum keeps a token sweep from ever getting faster.
+        Only nodes that can beat the value at x are evaluated: log t = log g + log r with log r at most the
+        line's largest residual (r_bound), so a node whose bare roofline is that far below cannot."""
         j, f = self.node(x)
-        arr = self.ensure(0, j + 1)
-        if self._rm_upto < j:
-            start = self._rm_upto + 1
-            seg = np.maximum.accumulate(arr[0, start:j + 1])
-            if start > 0:
-                seg = np.maximum(seg, self._rm[start - 1])
-            self._rm[start:j + 1] = seg
-            self._rm_upto = j
-        here = arr[0, j] + f * (arr[0, j + 1] - arr[0, j])
-        return math.exp(max(self._rm[j], here))
+        t = self.rows(np.array([j, j + 1]))[0]
+        best = max(t[0], t[0] + f * (t[1] - t[0]))
+        if j > 0:
+            cand = np.flatnonzero(self.log_g(j)[:j] + self._r_bound > best)
+            if cand.size:
+                best = max(best, float(self.rows(cand)[0].max()))
+        return math.exp(best)
 
     def g_at(self, x: float) -> float:
         """The bare roofline (s) at axis value x."""
         j, f = self.node(x)
-        arr = self.ensure(j, j + 1)
-        a = arr[0, j] - arr[1, j]
-        b = arr[0, j + 1] - arr[1, j + 1]
+        arr = self.rows(np.array([j, j + 1]))
+        a = arr[0, 0] - arr[1, 0]
+        b = arr[0, 1] - arr[1, 1]
         return math.exp(a + f * (b - a))
 
 
@@ -217,9 +248,9 @@ class _Layer:
                  series: Iterable[store.KernelSeries] = (), figures: Iterable[store.Figure] = ()):
         self.path = path
         if path is not None:
-            store.connect_ro(path).close()   # clear error now for a missing/foreign/corrupt file
-            self._names = store.gpus_in(path)
+            self._names = store.gpus_in(path)   # also a clear error now for a missing/foreign/corrupt file
             self._mem = None
+            self._read: dict[str, tuple[list, list, list]] = {}
         else:
             mem: dict[str, tuple[list, list, list]] = defaultdict(lambda: ([], [], []))
             for r in rows:
@@ -235,18 +266,21 @@ class _Layer:
         return list(self._names)
 
     def read(self, raw_gpu: str) -> tuple[list, list, list]:
+        """(rows, series, figures) of one GPU name as stored; a file is read once per GPU (the lists are shared:
+        callers do not modify them)."""
         if self._mem is not None:
             return self._mem.get(raw_gpu, ([], [], []))
-        return store.read_data(self.path, raw_gpu)
+        got = self._read.get(raw_gpu)
+        if got is None:
+            got = self._read[raw_gpu] = store.read_data(self.path, raw_gpu)
+        return got
 
 
 @dataclass
 class _GPUData:
-    exact: dict            # TKey -> (time_s, sources text)
     classes: dict          # class -> ClassPoints
     fit_groups: dict       # fit class -> list[(kind, variant, dtype, causal, dims ndarray, times ndarray)]
     figures: dict          # (family, variant) -> store.Figure
-    n_points: int
 
 
 class ComputeDB:
@@ -270,9 +304,11 @@ class ComputeDB:
         else:
             own = []
         self._layers: list[_Layer] = own + (list(base._layers) if base is not None else [])
+        self._by_layer: dict[tuple[str, int], tuple[dict, list]] = {}
         self._loaded: dict[str, _GPUData] = {}
         self._fits: dict[tuple, tuple[roofline.FamilyFit, str | None] | None] = {}
         self._fields: dict[tuple, ResidualField | None] = {}
+        self._profiles: OrderedDict[tuple, _Profile] = OrderedDict()   # least recently used first
         self._bands: dict[tuple, ClassIndex] = {}
         self._cache: dict[tuple, KernelTime] = {}
         self._op_cache: dict = {}
@@ -319,38 +355,37 @@ class ComputeDB:
         """Canonical GPU table name of `name` (aliases, user GPUs); ComputeDBError if unknown."""
         return self.gpu(name).name
 
-    def _raw_names(self, gpu: str) -> list[list[str]]:
-        return [[raw for raw in layer.raw_gpus() if self._canonical_or_raw(raw) == gpu] for layer in self._layers]
-
     def db_gpus(self) -> list[str]:
         """GPUs with rows, series or figures in this DB (all layers; canonical names)."""
         return sorted({self._canonical_or_raw(raw) for layer in self._layers for raw in layer.raw_gpus()})
 
     def _records(self, gpu: str) -> list[tuple[list, list, list]]:
         """Per layer (highest precedence first): (rows, series, figures) of `gpu`, excluded sources dropped."""
-        out = []
+        return [self._layer_records(gpu, layer) for layer in self._layers]
+
+    def _layer_records(self, gpu: str, layer: _Layer) -> tuple[list, list, list]:
         ex = self._exclude
-        for layer, raws in zip(self._layers, self._raw_names(gpu)):
-            rows, series, figures = [], [], []
-            for raw in raws:
-                r, s, f = layer.read(raw)
-                rows += [x for x in r if ex is None or not ex(x.source)]
-                series += [x for x in s if ex is None or not ex(x.source)]
-                figures += [x for x in f if ex is None or not ex(x.source)]
-            if self._exclude_row is not None:
-                rows = [x for x in rows if not self._exclude_row(gpu, x.key)]
-                kept = []
-                for x in series:
-                    drop = np.array([self._exclude_row(gpu, x.key_at(v)) for v in x.values.tolist()], dtype=bool)
-                    if not drop.any():
-                        kept.append(x)
-                    elif not drop.all():
-                        keep = ~drop
-                        kept.append(replace(x, values=x.values[keep], median_s=x.median_s[keep], mean_s=x.mean_s[keep],
-                                            min_s=x.min_s[keep], std_s=x.std_s[keep], samples=x.samples[keep]))
-                series = kept
-            out.append((rows, series, figures))
-        return out
+        rows, series, figures = [], [], []
+        for raw in layer.raw_gpus():
+            if self._canonical_or_raw(raw) != gpu:
+                continue
+            r, s, f = layer.read(raw)
+            rows += [x for x in r if ex is None or not ex(x.source)]
+            series += [x for x in s if ex is None or not ex(x.source)]
+            figures += [x for x in f if ex is None or not ex(x.source)]
+        if self._exclude_row is not None:
+            rows = [x for x in rows if not self._exclude_row(gpu, x.key)]
+            kept = []
+            for x in series:
+                drop = np.array([self._exclude_row(gpu, x.key_at(v)) for v in x.values.tolist()], dtype=bool)
+                if not drop.any():
+                    kept.append(x)
+                elif not drop.all():
+                    keep = ~drop
+                    kept.append(replace(x, values=x.values[keep], median_s=x.median_s[keep], mean_s=x.mean_s[keep],
+                                        min_s=x.min_s[keep], std_s=x.std_s[keep], samples=x.samples[keep]))
+            series = kept
+        return rows, series, figures
 
     def rows(self, gpu: str) -> list[store.KernelRow]:
         """All rows of `gpu` (canonical name) in every layer, series expanded (a user row and a shipped row
@@ -363,8 +398,38 @@ class ComputeDB:
                 out += [r for r in s.rows() if (r.key, r.source) not in have]
         return out
 
-    def figures(self, gpu: str) -> dict[tuple[str, str], store.Figure]:
-        return self._data(gpu).figures
+    def _layer_data(self, gpu: str, i: int) -> tuple[dict, list]:
+        """(exact times {TKey: (time_s, sources text)}, figures) of `gpu` in layer i (0: highest precedence),
+        built once. A key's measured time is its highest layer's: the per-source medians of that layer."""
+        got = self._by_layer.get((gpu, i))
+        if got is not None:
+            return got
+        if self._delegate is not None and gpu != self._delegate_except:
+            return self._delegate._layer_data(gpu, i)
+        rows, series, figs = self._layer_records(gpu, self._layers[i])
+        per: dict[TKey, dict[str, float]] = defaultdict(dict)
+        for s in series:
+            k = s.key
+            a = s.axis
+            pre, post = k.dims[:a], k.dims[a + 1:]
+            head = (k.kind, k.variant, k.dtype, k.causal)
+            src = s.source
+            for v, t in zip(s.values.tolist(), s.median_s.tolist()):
+                per[(*head, (*pre, v, *post))][src] = t
+        for r in rows:      # a plain row wins over a series point of the same (key, source)
+            k = r.key
+            per[(k.kind, k.variant, k.dtype, k.causal, k.dims)][r.source] = r.median_s
+        got = ({tk: (_median(list(by_src.values())), ", ".join(sorted(by_src))) for tk, by_src in per.items()}, figs)
+        self._by_layer[(gpu, i)] = got
+        return got
+
+    def _exact(self, gpu: str, tk: TKey) -> tuple[float, str] | None:
+        """(time_s, sources) of a measured key: the first layer that has it (no other layer is indexed)."""
+        for i in range(len(self._layers)):
+            hit = self._layer_data(gpu, i)[0].get(tk)
+            if hit is not None:
+                return hit
+        return None
 
     def _data(self, gpu: str) -> _GPUData:
         """Per-GPU indexes built once: exact times, class points, fit groups, figures."""
@@ -375,21 +440,9 @@ class ComputeDB:
             return self._delegate._data(gpu)
         merged: dict[TKey, tuple[float, str]] = {}
         figures: dict[tuple[str, str], store.Figure] = {}
-        for rows, series, figs in reversed(self._records(gpu)):     # lowest precedence first
-            per: dict[TKey, dict[str, float]] = defaultdict(dict)
-            for s in series:
-                k = s.key
-                a = s.axis
-                pre, post = k.dims[:a], k.dims[a + 1:]
-                head = (k.kind, k.variant, k.dtype, k.causal)
-                src = s.source
-                for v, t in zip(s.values.tolist(), s.median_s.tolist()):
-                    per[(*head, (*pre, v, *post))][src] = t
-            for r in rows:      # a plain row wins over a series point of the same (key, source)
-                k = r.key
-                per[(k.kind, k.variant, k.dtype, k.causal, k.dims)][r.source] = r.median_s
-            for tk, by_src in per.items():
-                merged[tk] = (_median(list(by_src.values())), ", ".join(sorted(by_src)))
+        for i in reversed(range(len(self._layers))):     # lowest precedence first
+            exact, figs = self._layer_data(gpu, i)
+            merged.update(exact)
             by_fig: dict[tuple[str, str], list[store.Figure]] = defaultdict(list)
             for f in figs:
                 by_fig[(f.family, f.variant)].append(f)
@@ -409,7 +462,7 @@ class ComputeDB:
             classes[cls] = ClassPoints(dims, np.array([_median(v) for v in pts.values()]), _thin_axis(cls[0]))
         groups = {fc: [(kind, variant, dtype, causal, np.array(d, dtype=np.int64), np.array(t))
                        for (kind, variant, dtype, causal), (d, t) in g.items()] for fc, g in fit_pts.items()}
-        data = _GPUData(merged, classes, groups, figures, len(merged))
+        data = _GPUData(classes, groups, figures)
         self._loaded[gpu] = data
         return data
 
@@ -621,10 +674,10 @@ class ComputeDB:
         return result
 
     def _resolve(self, key: KernelKey, name: str) -> KernelTime:
-        data = self._data(name)
-        exact = data.exact.get((key.kind, key.variant, key.dtype, key.causal, key.dims))
+        exact = self._exact(name, (key.kind, key.variant, key.dtype, key.causal, key.dims))
         if exact is not None:
             return KernelTime(exact[0], "measured", exact[1])
+        data = self._data(name)
         cls, dims = class_of(key)
         cp = data.classes.get(cls)
         if cp is None:
@@ -670,9 +723,9 @@ class ComputeDB:
         j, frac = prof.node(x)
         j_end = prof.node(x_end)[0]
         lo_j, hi_j = (j_end + 1, j + 1) if x > x_end else (j, j_end)
-        arr = prof.ensure(min(lo_j, j), max(hi_j, j + 1))
         nodes = np.arange(min(lo_j, j), max(hi_j, j + 1) + 1)
-        log_t, log_r, log_lo, log_hi, sum_wr, sum_w = arr[:, nodes]
+        log_t, log_r, sum_wr, sum_w = prof.rows(nodes)
+        log_lo, log_hi = prof.band(nodes)
         log_g = log_t - log_r
         r_end = math.log(t_end) - math.log(prof.g_at(x_end))
         w = np.exp(-0.5 * ((nodes * PROFILE_STEP - math.log(x_end)) / interpolate.RESIDUAL_LENGTH) ** 2)
@@ -695,9 +748,10 @@ class ComputeDB:
 
     def _profile(self, key: KernelKey, name: str, cls: tuple, cp: ClassPoints | None) -> _Profile:
         axis = _profile_axis(key)
-        ck = ("profile", name, key.kind, key.variant, key.dtype, key.causal, key.dims[:axis] + key.dims[axis + 1:])
-        prof = self._fields.get(ck)
+        ck = (name, key.kind, key.variant, key.dtype, key.causal, key.dims[:axis] + key.dims[axis + 1:])
+        prof = self._profiles.get(ck)
         if prof is not None:
+            self._profiles.move_to_end(ck)
             return prof
         spec = self.gpu(name)
         fit, src = self.resolve_fit(name, key)
@@ -706,24 +760,24 @@ class ComputeDB:
         base = np.asarray(key.dims, dtype=float)
         peak, bw, sms = spec.peak_flops[key.dtype], spec.hbm_Bps, spec.sms
 
-        def compute(nodes: np.ndarray) -> tuple:
+        def dims_at(nodes: np.ndarray) -> np.ndarray:
             dims = np.tile(base, (len(nodes), 1))
             dims[:, axis] = np.exp(nodes * PROFILE_STEP)
-            log_g = np.log(roofline.predict_many(fit, key.kind, key.variant, key.dtype, key.causal, dims, peak, bw,
-                                                 sms))
-            n = len(nodes)
-            sum_wr, sum_w = field.sums(dims) if field is not None else (np.zeros(n), np.zeros(n))
-            log_r = sum_wr / (interpolate.RESIDUAL_PRIOR_WEIGHT + sum_w)
-            if band is not None:
-                lo, hi = band.bounds_many(dims)
-                with np.errstate(divide="ignore"):
-                    log_lo, log_hi = np.log(lo), np.log(hi)
-            else:
-                log_lo, log_hi = np.full(n, -math.inf), np.full(n, math.inf)
-            return log_g + log_r, log_r, log_lo, log_hi, sum_wr, sum_w
+            return dims
 
-        prof = _Profile(axis, compute, f"roofline {fit.basis} on {spec.name} spec", src)
-        self._fields[ck] = prof
+        def log_g(nodes: np.ndarray) -> np.ndarray:
+            return np.log(roofline.predict_many(fit, key.kind, key.variant, key.dtype, key.causal, dims_at(nodes),
+                                                peak, bw, sms))
+
+        line = field.line(base, axis) if field is not None else None
+        # a float margin over the largest residual (the sums are rounded; far below any real difference)
+        r_bound = 0.0 if line is None else line.r_max + 1e-9 * (1.0 + line.r_abs)
+        prof = _Profile(axis, log_g, None if line is None else (lambda nodes: line.sums(dims_at(nodes))), r_bound,
+                        None if band is None else (lambda nodes: band.bounds_many(dims_at(nodes))),
+                        f"roofline {fit.basis} on {spec.name} spec", src)
+        self._profiles[ck] = prof
+        if len(self._profiles) > PROFILE_CACHE:
+            self._profiles.popitem(last=False)
         return prof
 
     def _model(self, key: KernelKey, name: str, cls: tuple, cp: ClassPoints | None) -> KernelTime:
@@ -790,9 +844,8 @@ def open_db(path: str | Path | None = None, gpu_file: str | Path | None = None, 
     file alone. gpu_file: a user GPU spec YAML (gpus.load_gpu_file) whose GPUs extend the table.
     """
     extra = gpu_table.load_gpu_file(gpu_file) if gpu_file else None
-    shipped = ComputeDB(SHIPPED_DB, extra_gpus=extra) if SHIPPED_DB.is_file() else None
     if path is None:
-        return shipped if shipped is not None else ComputeDB(rows=[], extra_gpus=extra)
-    if Path(path).resolve() == SHIPPED_DB or not layer_shipped:
+        return ComputeDB(SHIPPED_DB, extra_gpus=extra) if SHIPPED_DB.is_file() else ComputeDB(rows=[], extra_gpus=extra)
+    if not layer_shipped or not SHIPPED_DB.is_file() or Path(path).resolve() == SHIPPED_DB:
         return ComputeDB(path, extra_gpus=extra)
-    return ComputeDB(path, extra_gpus=extra, base=shipped)
+    return ComputeDB(path, extra_gpus=extra, base=ComputeDB(SHIPPED_DB, extra_gpus=extra))

@@ -77,7 +77,9 @@ def vidur_key(op: str, rec: dict) -> KernelKey | None:
     return None
 
 
-def _merge(gpu: str, key: KernelKey, source: str, stats: list[tuple[float, float, float, float]]) -> KernelRow:
+def merge_rows(gpu: str, key: KernelKey, source: str, stats: list[tuple[float, float, float, float]]) -> KernelRow:
+    """One imported row from several measurements (mean, median, min, std in s) of a key: mean of means,
+    median of medians, min of mins, max std."""
     arr = np.asarray(stats, dtype=float)  # columns: mean, median, min, std (seconds)
     return KernelRow(gpu=gpu, key=key, mean_s=float(arr[:, 0].mean()), median_s=float(np.median(arr[:, 1])),
                      min_s=float(arr[:, 2].min()), std_s=float(arr[:, 3].max()), samples=0,
@@ -122,7 +124,7 @@ def import_vidur_csv(csv_path: str | Path, gpu: str, source: str,
                 continue
             std = vals[3] if np.isfinite(vals[3]) else 0.0
             groups[key].append((vals[0] * 1e-3, vals[1] * 1e-3, vals[2] * 1e-3, std * 1e-3))
-    return [_merge(gpu, key, source, stats) for key, stats in groups.items()]
+    return [merge_rows(gpu, key, source, stats) for key, stats in groups.items()]
 
 
 def import_vidur(directory: str | Path, token_counts: frozenset[int] | None = None) -> list[KernelRow]:
@@ -245,5 +247,5 @@ def import_aiob(path: str | Path, gpu: str, model, tp: int = 1, micro_batch: int
         lo = st.get("min", avg)
         hi = st.get("max", avg)
         grouped[key].append((avg, avg, lo, (hi - lo) / 4))  # AIOB gives no median/std: avg and range/4
-    rows = [_merge(gpu, key, f"aiob:{Path(path).name}", s) for key, s in grouped.items()]
+    rows = [merge_rows(gpu, key, f"aiob:{Path(path).name}", s) for key, s in grouped.items()]
     return rows, skipped

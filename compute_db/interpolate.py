@@ -66,6 +66,7 @@ class ClassIndex:
         n = len(next(iter(points))) if points else 0
         self._log_p = np.log(np.asarray(list(points), dtype=float)).reshape(len(points), n)
         self._log_t = np.log(np.asarray(list(points.values()), dtype=float))
+        self._log_pt = np.ascontiguousarray(self._log_p.T)     # D x N: one row per dimension
 
     def bounds(self, dims: tuple[int, ...]) -> tuple[float, float]:
         """(L, U) in seconds: L = 0 / U = inf when no measured kernel bounds q from that side."""
@@ -84,9 +85,14 @@ class ClassIndex:
         lq = np.log(np.asarray(dims, dtype=float))
         lo, hi = np.empty(n), np.empty(n)
         for s in range(0, n, chunk):
-            d = lq[s:s + chunk, None, :] - self._log_p[None, :, :]
-            lo[s:s + chunk] = (self._log_t + GROWTH_EXPONENT * np.minimum(d, 0.0).sum(axis=2)).max(axis=1)
-            hi[s:s + chunk] = (self._log_t + GROWTH_EXPONENT * np.maximum(d, 0.0).sum(axis=2)).min(axis=1)
+            # Σ_i min(d_i, 0) and Σ_i max(d_i, 0), d_i = log(q_i / p_i), summed over the dimensions in order
+            below = above = None
+            for i in range(lq.shape[1]):
+                d = lq[s:s + chunk, i, None] - self._log_pt[i]
+                below = np.minimum(d, 0.0) if below is None else below + np.minimum(d, 0.0)
+                above = np.maximum(d, 0.0) if above is None else above + np.maximum(d, 0.0)
+            lo[s:s + chunk] = (self._log_t + GROWTH_EXPONENT * below).max(axis=1)
+            hi[s:s + chunk] = (self._log_t + GROWTH_EXPONENT * above).min(axis=1)
         return np.exp(lo), np.exp(hi)
 
 
@@ -188,32 +194,37 @@ class ClassPoints:
         """(time_s, token axis, edge value) when q lies beyond the class's measured token values and the shape
         is resolved at the nearest edge value by a measured point or a bracketing line along another
         dimension; else None. Lets a sweep of an unmeasured shape leave the data continuously."""
-        a = self.token_axis
-        if self._token_values is None:
-            self._token_values = np.unique(self.dims[:, a])
-        tv = self._token_values
+        a, tv = self.token_axis, self._tokens()
         x = q[a]
         if tv.size == 0 or tv[0] <= x <= tv[-1]:
             return None
         xe = int(tv[0] if x < tv[0] else tv[-1])
+        t = self._at_token(q, xe)
+        return None if t is None else (t, a, xe)
+
+    def _tokens(self) -> np.ndarray:
+        """The class's measured token values, ascending (computed once)."""
+        if self._token_values is None:
+            self._token_values = np.unique(self.dims[:, self.token_axis])
+        return self._token_values
+
+    def _at_token(self, q: tuple[int, ...], xe: int) -> float | None:
+        """Time (s) of shape q with its token value set to xe: measured, or from a bracketing line along another
+        dimension; else None."""
+        a = self.token_axis
         qe = q[:a] + (xe,) + q[a + 1:]
         t = self.value(qe)
         if t is None:
             got = self.line_predict(qe, skip_axis=a)
-            if got is None:
-                return None
-            t = got[0]
-        return t, a, xe
+            t = None if got is None else got[0]
+        return t
 
     def cross_predict(self, q: tuple[int, ...]) -> tuple[float, int, int, int] | None:
         """Two-step interpolation for a shape off the measured token values: at the neighbouring measured token
         values x0 < q_t < x1 the shape is resolved by a measured point or a bracketing line along another
         dimension, and the two answers are interpolated log-log along the token axis.
         Returns (time_s, token axis, x0, x1) or None."""
-        a = self.token_axis
-        if self._token_values is None:
-            self._token_values = np.unique(self.dims[:, a])
-        tv = self._token_values
+        a, tv = self.token_axis, self._tokens()
         x = q[a]
         if tv.size < 2 or not tv[0] < x < tv[-1]:
             return None
@@ -221,13 +232,9 @@ class ClassPoints:
         x0, x1 = int(tv[j - 1]), int(tv[j])
         ends = []
         for xe in (x0, x1):
-            qe = q[:a] + (xe,) + q[a + 1:]
-            t = self.value(qe)
+            t = self._at_token(q, xe)
             if t is None:
-                got = self.line_predict(qe, skip_axis=a)
-                if got is None:
-                    return None
-                t = got[0]
+                return None
             ends.append(t)
         w = math.log(x / x0) / math.log(x1 / x0)
         return math.exp(math.log(ends[0]) + w * math.log(ends[1] / ends[0])), a, x0, x1
@@ -304,22 +311,45 @@ class ResidualField:
         w = c * np.maximum(np.exp(-0.5 * d2) - math.exp(-0.5 * _CUTOFF ** 2), 0.0)
         return float(w @ r / (self.prior_weight + w.sum()))
 
+    def line(self, dims: tuple[int, ...] | np.ndarray, axis: int) -> LineField:
+        """The field along one line: the shapes equal to `dims` except along `axis` (e.g. one GEMM at every
+        token count). The points within reach of the line are picked once."""
+        q = np.log(np.asarray(dims, dtype=float)) * self._scale
+        fixed = np.arange(q.size) != axis
+        near = np.all(np.abs(self.p[:, fixed] - q[fixed]) <= _CUTOFF, axis=1)
+        return LineField(self.p[near], self.r[near], self.count[near], self._scale)
+
+
+class LineField:
+    """The residual field's points within reach of one line (ResidualField.line)."""
+
+    def __init__(self, p: np.ndarray, r: np.ndarray, count: np.ndarray, scale: np.ndarray):
+        self.r, self.count, self._scale = r, count, scale
+        self._pt = np.ascontiguousarray(p.T)      # D x P: one row per dimension
+        # the field r(q) = Σ w r / (prior + Σ w) is a shrunk weighted mean: it never exceeds this along the line
+        self.r_max = max(0.0, float(r.max())) if r.size else 0.0
+        self.r_abs = float(np.abs(r).max()) if r.size else 0.0
+
     def sums(self, dims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(Σ w_p r_p, Σ w_p) for many shapes that differ in one dimension only (a line: n x D float array);
-        the field is sum_wr / (RESIDUAL_PRIOR_WEIGHT + sum_w)."""
+        """(Σ w_p r_p, Σ w_p) at shapes of the line (n x D float array); the field is
+        sum_wr / (RESIDUAL_PRIOR_WEIGHT + sum_w)."""
         n = len(dims)
         num, den = np.zeros(n), np.zeros(n)
         if self.r.size == 0:
             return num, den
         q = np.log(np.asarray(dims, dtype=float)) * self._scale
-        fixed = np.all(q == q[:1], axis=0)            # the dimensions constant along the line
-        near = np.all(np.abs(self.p[:, fixed] - q[0, fixed]) <= _CUTOFF, axis=1)
-        if not near.any():
-            return num, den
-        p, r, c = self.p[near], self.r[near], self.count[near]
+        r, c = self.r, self.count
         for s in range(0, n, 256):
-            d2 = ((q[s:s + 256, None, :] - p[None, :, :]) ** 2).sum(axis=2)
-            w = c * np.maximum(np.exp(-0.5 * d2) - math.exp(-0.5 * _CUTOFF ** 2), 0.0)
+            w = c * np.maximum(np.exp(-0.5 * _sq_dist(q[s:s + 256], self._pt)) - math.exp(-0.5 * _CUTOFF ** 2), 0.0)
             num[s:s + 256] = w @ r
             den[s:s + 256] = w.sum(axis=1)
         return num, den
+
+
+def _sq_dist(q: np.ndarray, pt: np.ndarray) -> np.ndarray:
+    """Squared distances (n x P) of query rows q (n x D) to points given by columns pt (D x P), summed over the
+    dimensions in order (the same numbers as ((q - p)²).sum(axis) without its n x P x D temporary)."""
+    out = (q[:, 0, None] - pt[0]) ** 2
+    for i in range(1, q.shape[1]):
+        out += (q[:, i, None] - pt[i]) ** 2
+    return out

@@ -190,16 +190,6 @@ class FitGroup:
     sms: int = 0
 
 
-def groups_from_keys(keys: list[KernelKey], times_s, peaks) -> list[FitGroup]:
-    """FitGroups of a list of keys with their times and per-key peaks."""
-    idx: dict[tuple, list[int]] = {}
-    for i, k in enumerate(keys):
-        idx.setdefault((k.kind, k.variant, k.dtype, k.causal), []).append(i)
-    times_s, peaks = np.asarray(times_s, dtype=float), np.asarray(peaks, dtype=float)
-    return [FitGroup(kind, variant, dtype, causal, np.array([keys[i].dims for i in ii], dtype=float),
-                     times_s[ii], float(peaks[ii[0]])) for (kind, variant, dtype, causal), ii in idx.items()]
-
-
 class _FitData:
     """Measured kernels of one family grouped by (kind, variant, dtype, causal) as field arrays."""
 
@@ -252,8 +242,7 @@ class _FitData:
             e, p = _logistic(theta[2]), 1.0 + _exp(theta[3])
             tm = byts / (self._bw * em)
             tc = np.asarray(pflops, dtype=float) / (self.peaks[idx] * e)
-            hi = np.maximum(tc, tm)
-            out[idx] = t0 + hi * ((tc / hi) ** p + (tm / hi) ** p) ** (1.0 / p)
+            out[idx] = _smooth_max_time(t0, tc, tm, p)
         return out
 
 
@@ -357,12 +346,6 @@ def fit_groups(family: str, groups: list[FitGroup], hbm_Bps: float, basis: str, 
     return FamilyFit(family, e, x0, t0, em, p, basis, data.n, wave)
 
 
-def fit_family(family: str, keys: list[KernelKey], times_s: np.ndarray, peaks: np.ndarray, hbm_Bps: float,
-               basis: str, prior: dict) -> FamilyFit:
-    """fit_groups for a list of keys (times in s; peaks: the FLOP/s of each key's dtype)."""
-    return fit_groups(family, groups_from_keys(keys, times_s, peaks), hbm_Bps, basis, prior)
-
-
 def predict_many(fit: FamilyFit, kind: str, variant: str, dtype: str, causal: bool, dims: np.ndarray,
                  peak: float, hbm_Bps: float, sms: int = 0) -> np.ndarray:
     """predict() for many shapes of one (kind, variant, dtype, causal): dims (N x D) -> times (s)."""
@@ -387,8 +370,13 @@ def predict_many(fit: FamilyFit, kind: str, variant: str, dtype: str, causal: bo
         return fit.t0 + pbytes / (hbm_Bps * fit.em)
     tm = byts / (hbm_Bps * fit.em)
     tc = pflops / (peak * fit.e)
+    return _smooth_max_time(fit.t0, tc, tm, fit.p)
+
+
+def _smooth_max_time(t0, tc, tm, p: float):
+    """t0 + (tc^p + tm^p)^(1/p) (s; arrays): the compute-bound families' time, scaled by the larger bound."""
     hi = np.maximum(np.maximum(tc, tm), 1e-300)
-    return fit.t0 + hi * ((tc / hi) ** fit.p + (tm / hi) ** fit.p) ** (1.0 / fit.p)
+    return t0 + hi * ((tc / hi) ** p + (tm / hi) ** p) ** (1.0 / p)
 
 
 def prior_fit(family: str, variant: str = "fwd") -> FamilyFit:

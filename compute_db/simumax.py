@@ -38,6 +38,7 @@ from pathlib import Path
 import pandas as pd
 
 from compute_db.errors import ComputeDBError
+from compute_db.importers import merge_rows
 from compute_db.keys import KernelKey, make_key
 from compute_db.store import Figure, KernelRow
 
@@ -115,7 +116,7 @@ def import_simumax_csv(csv_path: str | Path, gpu: str, source: str = SOURCE) -> 
     if missing:
         raise ComputeDBError(f"{csv_path}:1: not a SimuMax kernel-efficiency CSV (missing column(s) "
                              f"{', '.join(missing)})")
-    times: dict[KernelKey, list[float]] = defaultdict(list)
+    times: dict[KernelKey, list[tuple[float, float, float, float]]] = defaultdict(list)
     for i, rec in enumerate(df.to_dict("records"), start=2):
         where = f"{csv_path}:{i}"
         eff = _num(rec, "efficiency", where)
@@ -126,14 +127,9 @@ def import_simumax_csv(csv_path: str | Path, gpu: str, source: str = SOURCE) -> 
         if got is None:
             continue
         key, flops = got
-        times[key].append(flops / (peak * 1e12 * eff))
-    rows = []
-    for key, ts in times.items():
-        ts.sort()
-        n = len(ts)
-        med = ts[n // 2] if n % 2 else 0.5 * (ts[n // 2 - 1] + ts[n // 2])
-        rows.append(KernelRow(gpu, key, sum(ts) / n, med, ts[0], 0.0, 0, "imported", source))
-    return rows
+        t = flops / (peak * 1e12 * eff)
+        times[key].append((t, t, t, 0.0))
+    return [merge_rows(gpu, key, source, sorted(ts)) for key, ts in times.items()]
 
 
 def import_simumax_figures(json_path: str | Path, gpu: str, table_hbm_Bps: float,
@@ -164,7 +160,7 @@ def import_simumax_figures(json_path: str | Path, gpu: str, table_hbm_Bps: float
     return out
 
 
-def import_simumax(directory: str | Path, gpu_table: dict | None = None) -> tuple[list[KernelRow], list[Figure]]:
+def import_simumax(directory: str | Path) -> tuple[list[KernelRow], list[Figure]]:
     """All `<gpu>_kernel_efficiency.csv` and `<gpu>_system_defaults.json` of a SimuMax efficiency folder."""
     from compute_db.gpus import get_gpu
     directory = Path(directory)
@@ -180,7 +176,7 @@ def import_simumax(directory: str | Path, gpu_table: dict | None = None) -> tupl
             rows.extend(import_simumax_csv(csv_path, gpu))
             found = True
         if json_path.is_file():
-            figures.extend(import_simumax_figures(json_path, gpu, get_gpu(gpu, gpu_table).hbm_Bps))
+            figures.extend(import_simumax_figures(json_path, gpu, get_gpu(gpu).hbm_Bps))
             found = True
     if not found:
         raise ComputeDBError(f"{directory}: no <gpu>_kernel_efficiency.csv / <gpu>_system_defaults.json files "

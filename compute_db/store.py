@@ -6,7 +6,10 @@ Table `series` (schema 2): a sweep of one kernel shape along one field (e.g. a V
 count) stored compactly: the key with the swept field written `field=*`, the field's values and the time
 statistics as zlib-compressed little-endian arrays (int64 values, float64 medians, float32 mean/min/std,
 int32 samples). A series holds exactly the rows it expands to (`KernelSeries.rows`); a plain row with the
-same (gpu, key, source) wins over the series point.
+same (gpu, key, source) wins over the series point. Writes replace per point, as INSERT OR REPLACE does for
+rows: a series written for a (gpu, key, source) that already has one is merged with it point by point (the new
+points win, old points at other values stay; the merged series carries the new series' provenance fields), and
+plain rows of the same (gpu, source) at the series' points are deleted (the new data must answer them).
 Table `figures` (schema 2): measured per-family efficiency figures that are not kernel rows (e.g. SimuMax's
 HBM efficiency of memory-bound kernels on a GPU): (gpu, family, variant, name, value, source, note).
 Table `meta`: `format` = clustersim-compute-db and `schema_version`, so a foreign or corrupt SQLite file
@@ -25,7 +28,7 @@ import tempfile
 import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -156,9 +159,15 @@ class KernelSeries:
         return KernelKey(self.key.kind, self.key.variant, tuple(d), self.key.dtype, self.key.causal)
 
     def key_text(self) -> str:
-        parts = [f"{f}={'*' if f == self.field else v}" for f, v in zip(self.key.fields, self.key.dims)]
-        c = "/causal" if self.key.causal else ""
-        return f"{self.key.kind}/{self.key.variant}/{self.key.dtype}{c}/{','.join(parts)}"
+        """The series' stored key: KernelKey.text() with the swept field written `field=*`."""
+        return self.text_at("*")
+
+    def text_at(self, value: int | str) -> str:
+        """KernelKey.text() of the key with the swept field set to `value` (`key_at(value).text()` for an int)."""
+        text, dims = self.key.text(), self.key.dims_text()
+        parts = dims.split(",")
+        parts[self.axis] = f"{self.field}={value}"
+        return text[:len(text) - len(dims)] + ",".join(parts)
 
     def rows(self) -> list[KernelRow]:
         meta = (self.provenance, self.source, self.device, self.driver, self.torch, self.cuda, self.date)
@@ -342,6 +351,31 @@ def _check_figure(f: Figure, where: str) -> None:
         raise ComputeDBError(f"{where}: gpu, family and source must be non-empty")
 
 
+def _series_record(s: KernelSeries) -> tuple:
+    return (s.gpu, s.key_text(), s.key.kind, s.key.variant, s.key.dtype, s.field, int(s.values.size),
+            _blob(s.values, "<i8"), _blob(s.median_s, "<f8"), _blob(s.mean_s, "<f4"), _blob(s.min_s, "<f4"),
+            _blob(s.std_s, "<f4"), _blob(s.samples, "<i4"), s.provenance, s.source, s.device, s.driver, s.torch,
+            s.cuda, s.date)
+
+
+def _merge_stored(conn: sqlite3.Connection, path: Path, s: KernelSeries) -> KernelSeries:
+    """`s` merged with the stored series of the same (gpu, key, source), if any: the union of their points,
+    `s`'s where both have one (module docstring)."""
+    rec = conn.execute(_SELECT_SERIES + " WHERE gpu = ? AND key = ? AND source = ?",
+                       (s.gpu, s.key_text(), s.source)).fetchone()
+    if rec is None:
+        return s
+    old = _series_from_record(rec, f"{path}")
+    keep = ~np.isin(old.values, s.values)
+    if not keep.any():
+        return s
+    values = np.concatenate((old.values[keep], s.values))
+    order = np.argsort(values, kind="stable")
+    merged = {name: np.concatenate((getattr(old, name)[keep], getattr(s, name)))[order]
+              for name in ("median_s", "mean_s", "min_s", "std_s", "samples")}
+    return replace(s, values=values[order], **merged)
+
+
 def _write(path: Path, rows: Iterable[KernelRow] = (), series: Iterable[KernelSeries] = (),
            figures: Iterable[Figure] = ()) -> int:
     items = []
@@ -350,15 +384,10 @@ def _write(path: Path, rows: Iterable[KernelRow] = (), series: Iterable[KernelSe
         items.append((row.gpu, row.key.text(), row.key.kind, row.key.variant, row.key.dtype, row.mean_s,
                       row.median_s, row.min_s, row.std_s, int(row.samples), row.provenance, row.source,
                       row.device, row.driver, row.torch, row.cuda, row.date))
-    sitems = []
-    n_points = 0
+    series = list(series)
     for i, s in enumerate(series):
         _check_series(s, f"series {i + 1}")
-        n_points += s.values.size
-        sitems.append((s.gpu, s.key_text(), s.key.kind, s.key.variant, s.key.dtype, s.field, int(s.values.size),
-                       _blob(s.values, "<i8"), _blob(s.median_s, "<f8"), _blob(s.mean_s, "<f4"),
-                       _blob(s.min_s, "<f4"), _blob(s.std_s, "<f4"), _blob(s.samples, "<i4"), s.provenance,
-                       s.source, s.device, s.driver, s.torch, s.cuda, s.date))
+    n_points = sum(s.values.size for s in series)
     fitems = []
     for i, f in enumerate(figures):
         _check_figure(f, f"figure {i + 1}")
@@ -369,6 +398,12 @@ def _write(path: Path, rows: Iterable[KernelRow] = (), series: Iterable[KernelSe
             conn.executescript(_SCHEMA)     # a schema 1 file gains the schema 2 tables (IF NOT EXISTS)
         with conn:
             conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            sitems = []
+            for s in series:
+                s = _merge_stored(conn, path, s)
+                conn.executemany("DELETE FROM kernels WHERE gpu = ? AND key = ? AND source = ?",
+                                 [(s.gpu, s.text_at(v), s.source) for v in s.values.tolist()])
+                sitems.append(_series_record(s))
             conn.executemany("INSERT OR REPLACE INTO kernels VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", items)
             conn.executemany("INSERT OR REPLACE INTO series VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                              sitems)
@@ -399,13 +434,15 @@ def write_data(path: str | Path, rows: Iterable[KernelRow] = (), series: Iterabl
 
 
 def write_fresh(path: str | Path, rows: Iterable[KernelRow], figures: Iterable[Figure] = (),
-                pack: bool = False) -> int:
-    """Write a new DB holding exactly `rows` (and `figures`), replacing `path` atomically (temp file + rename).
+                pack: bool = False, series: Iterable[KernelSeries] = ()) -> int:
+    """Write a new DB holding exactly `rows`, `series` (and `figures`), replacing `path` atomically (temp file +
+    rename). Returns rows + series points + figures.
 
-    pack: store sweeps along a kind's token-like field as series (pack_series; compact, same rows)."""
+    pack: store sweeps of `rows` along a kind's token-like field as series (pack_series; compact, same rows)."""
     path = check_output_path(path)
     rows = list(rows)
-    plain, series = pack_series(rows) if pack else (rows, [])
+    plain, packed = pack_series(rows) if pack else (rows, [])
+    series = packed + list(series)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".new", dir=path.parent)
     os.close(fd)
     os.unlink(tmp)

@@ -7,7 +7,7 @@ import pytest
 
 from compute_db import open_db, store
 from compute_db.calibrate import ALL, leave_one_model_out, leave_one_shape_out
-from compute_db.db import ComputeDB
+from compute_db.db import ComputeDB, class_of
 from compute_db.errors import ComputeDBError
 from compute_db.keys import make_key
 
@@ -42,6 +42,14 @@ def test_leave_one_shape_out_removes_every_layout_of_the_shape():
     assert e.kernels == 5 and e.models == 4
     # m=128 is held out with both layouts: predicted between 64 and 256 on the line (2e-5) vs 2e-5 / 9e-5
     assert e.source_counts.get("interpolated", 0) >= 3
+    # the held-out forward m=128 directly, in the DB leave_one_shape_out predicts it with: on the line t ∝ m
+    # through m=64 (1e-5) and m=256 (4e-5), 2e-5; the wgrad layout's 9e-5 would leak as an equivalent layout
+    db = ComputeDB(rows=rows)
+    shape = class_of(rows[1].key)
+    sub = db.without(exclude_row=lambda g, k: g == "B200" and class_of(k) == shape, row_gpu="B200")
+    kt = sub.lookup_key(rows[1].key, "B200")
+    assert kt.source == "interpolated" and kt.time_s == pytest.approx(2e-5, rel=1e-12)
+    assert db.lookup_key(rows[1].key, "B200").time_s == 2e-5     # the full DB still has it measured
 
 
 def test_calibrate_needs_data():

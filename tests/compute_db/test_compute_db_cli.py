@@ -174,6 +174,11 @@ def test_import_aiob_embedding_uses_megatrons_padded_vocab(tmp_path, capsys):
     (["--family", "nosuch"], "--family: unknown op family nosuch (known: attn_decode, cross_entropy, elementwise"),
     (["--by", "shape", "--family", "rmsnorm2"], "--family: unknown kernel kind rmsnorm2 (known: attn_bmm, attn_decode"),
     (["--min-tokens", "-5"], "--min-tokens: must be >= 0, got -5"),
+    # --by shape ignored the token floor silently
+    (["--by", "shape", "--min-tokens", "128"], "--min-tokens: applies to --by model only"),
+    # --by shape on a Vidur GPU would refit 13,468 times (~70 minutes) without a word
+    (["--by", "shape"], "leave-one-shape-out: H100 has 13468 measured shapes of gemm, grouped_gemm, more than the "
+                        "1000 one run evaluates (each refits the GPU's data); use --by model"),
 ])
 def test_calibrate_rejects_bad_options(capsys, extra, needle):
     assert main(["compute-db", "calibrate", "--gpu", "H100", *extra]) == 2

@@ -108,6 +108,33 @@ def test_user_db_layers_over_the_shipped_one(tmp_path):
     assert {"H100", "A100-80GB", "B200"} <= set(layered.db_gpus()) and "A100-80GB" not in alone.db_gpus()
 
 
+def test_profiles_are_bounded_and_rebuilt_alike(monkeypatch):
+    # new shapes keep their token-axis profile in a least-recently-used cache: with room for 2, a sweep over 6
+    # shapes evicts and rebuilds; every answer (bit for bit) is that of a DB which never evicted
+    import compute_db.db as dbmod
+    keys = [_gemm(m, n=n) for n in (640, 704, 768, 832, 896, 960) for m in (5, 300, 2000)]
+    keys += keys[::-1]
+    full = ComputeDB(rows=_rows())
+    expected = [full.lookup_key(k, "H100") for k in keys]
+    monkeypatch.setattr(dbmod, "PROFILE_CACHE", 2)
+    small = ComputeDB(rows=_rows())
+    got = []
+    for k in keys:
+        got.append(small.lookup_key(k, "H100"))
+        small._cache.clear()          # ask again: the answer comes from the (possibly rebuilt) profile
+        assert len(small._profiles) <= 2
+    assert got == expected and {kt.source for kt in got} >= {"modeled"}
+
+
+def test_user_key_lookup_does_not_index_the_shipped_layer(tmp_path):
+    user = tmp_path / "mine.sqlite"
+    key = make_key("gemm", "fwd", {"m": 4096, "n": 4096, "k": 4096}, "fp16")
+    store.write_rows(user, [store.KernelRow("H100", key, 1e-3, 1e-3, 1e-3, 0.0, 3, "measured", "mine")])
+    layered = open_db(user)
+    assert layered.lookup_key(key, "H100").time_s == 1e-3
+    assert len(layered._layers) == 2 and layered._layers[1]._read == {} and layered._loaded == {}
+
+
 def report_kt(t, source, basis):
     from compute_db.db import KernelTime
     return KernelTime(t, source, basis)

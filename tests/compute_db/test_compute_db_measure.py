@@ -65,6 +65,31 @@ def test_measure_every_kind_on_cpu(tmp_path):
     assert len(store.read_rows(db, "CPU-test")) == len(keys)
 
 
+@pytest.mark.parametrize("kind", ["flash_attn", "attn_decode"])
+def test_grouped_query_attention_kernels_compute_attention_over_the_shared_kv_heads(kind):
+    torch = pytest.importorskip("torch")
+    b, h, kvh, d = 2, 4, 2, 8
+    if kind == "flash_attn":
+        dims, sq, skv = {"batch": b, "seq_q": 16, "seq_kv": 16, "heads": h, "kv_heads": kvh, "head_dim_qk": d,
+                         "head_dim_v": d}, 16, 16
+    else:      # 64 cached tokens over 2 requests: 32 each, one query token per request
+        dims, sq, skv = {"batch": b, "kv_tokens": 64, "heads": h, "kv_heads": kvh, "head_dim_qk": d,
+                         "head_dim_v": d}, 1, 32
+    key = make_key(kind, "fwd", dims, "fp32", causal=kind == "flash_attn")
+    out = measure.build_kernel(torch, key, "cpu")()
+    # the same tensors as build_kernel draws (seed 0, q, k, v in order); reference: K/V heads expanded by hand,
+    # query head i reading K/V head i // (h / kvh), plain softmax attention
+    g = torch.Generator(device="cpu").manual_seed(0)
+    q, k, v = (torch.randn(*shape, generator=g) for shape in ((b, h, sq, d), (b, kvh, skv, d), (b, kvh, skv, d)))
+    k, v = k.repeat_interleave(h // kvh, dim=1), v.repeat_interleave(h // kvh, dim=1)
+    scores = q @ k.transpose(-1, -2) / d ** 0.5
+    if kind == "flash_attn":
+        scores = scores.masked_fill(torch.ones(sq, skv, dtype=torch.bool).triu(1), float("-inf"))
+    ref = torch.softmax(scores, dim=-1) @ v
+    assert out.shape == (b, h, sq, d)
+    assert torch.allclose(out, ref, atol=1e-5)
+
+
 def test_measure_cli_on_tiny_workload(tmp_path, monkeypatch):
     pytest.importorskip("torch")
     from sim.cli import main

@@ -127,7 +127,7 @@ def test_readers_while_a_writer_writes(tmp_path):
     def reader():
         try:
             for _ in range(20):
-                assert open_db(db).lookup_key(key, "H100").time_s == 1e-5
+                assert open_db(db, layer_shipped=False).lookup_key(key, "H100").time_s == 1e-5
         except Exception as exc:  # noqa: BLE001 - collected for the assertion below
             errors.append(exc)
 
@@ -164,6 +164,56 @@ def test_series_pack_round_trip(tmp_path):
     store.write_rows(db, [store.KernelRow("H100", rows[3].key, 7e-3, 7e-3, 7e-3, 0.0, 1, "imported", "sweep")])
     assert open_db(db, layer_shipped=False).lookup_key(rows[3].key, "H100").time_s == 7e-3
     assert len(store.read_rows(db)) == 21
+
+
+def _as_series(rows):
+    plain, series = store.pack_series(rows)
+    assert plain == [] and len(series) == 1
+    return series[0]
+
+
+def test_series_written_over_plain_rows_answers_their_keys(tmp_path):
+    db = tmp_path / "s.sqlite"
+    old = [store.KernelRow(r.gpu, r.key, 1e-3, 1e-3, 1e-3, 0.0, 1, "imported", r.source) for r in _sweep(3)]
+    store.write_rows(db, old)
+    sweep = [store.KernelRow(r.gpu, r.key, 2e-5, 2e-5, 2e-5, 0.0, 1, "imported", r.source) for r in _sweep(10)]
+    assert store.write_data(db, series=[_as_series(sweep)]) == 10
+    lookup = open_db(db, layer_shipped=False)
+    for r in old:       # the series replaced the plain rows of its (gpu, source) at its points
+        assert lookup.lookup_key(r.key, "H100").time_s == 2e-5
+    rows = store.read_rows(db)
+    assert len(rows) == 10 and {r.median_s for r in rows} == {2e-5}
+    assert store.summary(db) == [("H100", "gemm", "imported", 10)]
+    # another source's plain row of the same key is not touched
+    store.write_rows(db, [store.KernelRow("H100", old[0].key, 5e-5, 5e-5, 5e-5, 0.0, 1, "imported", "other")])
+    store.write_data(db, series=[_as_series(sweep)])
+    assert sorted(r.median_s for r in store.read_rows(db) if r.key == old[0].key) == [2e-5, 5e-5]
+
+
+def test_series_rewrite_merges_point_by_point(tmp_path):
+    db = tmp_path / "s.sqlite"
+    store.write_data(db, series=[_as_series(_sweep(20))])         # m = 8, 16, ..., 160
+    shorter = [store.KernelRow(r.gpu, r.key, 3e-5, 3e-5, 3e-5, 0.0, 2, "imported", r.source)
+               for r in _sweep(20)[5:15]]                           # m = 48 .. 120 re-measured
+    store.write_data(db, series=[_as_series(shorter)])
+    rows, series, _ = store.read_data(db)
+    assert rows == [] and len(series) == 1 and series[0].values.tolist() == [8 * (i + 1) for i in range(20)]
+    got = {r.key.dims[0]: r.median_s for r in store.read_rows(db)}
+    expected = {r.key.dims[0]: r.median_s for r in _sweep(20)} | {8 * (i + 1): 3e-5 for i in range(5, 15)}
+    assert got == expected
+    assert [r.samples for r in series[0].rows()] == [5] * 5 + [2] * 10 + [5] * 5
+
+
+def test_series_key_text_is_the_key_text_with_a_star():
+    s = _as_series(_sweep(10))
+    assert s.key_text() == "gemm/fwd/fp16/m=*,n=4096,k=4096"
+    assert s.text_at(24) == s.key_at(24).text() == "gemm/fwd/fp16/m=24,n=4096,k=4096"
+    fa = [store.KernelRow("H100", make_key("flash_attn", "fwd", {"batch": 1, "seq_q": q, "seq_kv": 4096, "heads": 8,
+                                                                  "kv_heads": 8, "head_dim_qk": 128, "head_dim_v": 128},
+                                           "bf16", causal=True), 1e-4, 1e-4, 1e-4, 0.0, 1, "imported", "t")
+          for q in range(64, 64 * 9, 64)]
+    assert _as_series(fa).key_text() == ("flash_attn/fwd/bf16/causal/batch=1,seq_q=*,seq_kv=4096,heads=8,kv_heads=8,"
+                                         "head_dim_qk=128,head_dim_v=128")
 
 
 def test_schema_1_file_is_read_and_upgraded_on_write(tmp_path):
