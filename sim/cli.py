@@ -7,55 +7,101 @@ Every package exposes `cli.register(subparsers)`; a subcommand sets `func(args) 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 
-from compute_db import cli as compute_db_cli
-from compute_db.errors import ComputeDBError
-from netsim import cli as netsim_cli
-from netsim.errors import NetsimError
-from sim import commands as sim_commands
-from sim.analysis import cli as analysis_cli
-from sim.errors import SimError
-from sim.serve import cli as serve_cli
-from topo import cli as topo_cli
-from topo.errors import TopoError
-from workload_gen import cli as workload_cli
-from workload_gen.errors import WorkloadError
 
-USER_ERRORS = (WorkloadError, TopoError, NetsimError, ComputeDBError, SimError,
-               FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+    try:
+        return dist_version("clustersim")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    from compute_db.errors import ComputeDBError
+    from netsim.errors import NetsimError
+    from sim.errors import SimError
+    from topo.errors import TopoError
+    from workload_gen.errors import WorkloadError
+    return (WorkloadError, TopoError, NetsimError, ComputeDBError, SimError,
+            FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse with usage errors as one line (not the whole usage block); subparsers inherit it."""
+    """argparse with usage errors as one line (not the whole usage block) naming the closest real flag of
+    an unknown one; never prefix-matches (`-nv` is not `-n v`); subparsers inherit it."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        self.exit(2, f"{self.prog}: error: {message}{self._closest(message)} (see '{self.prog} --help')\n")
+
+    def _closest(self, message: str) -> str:
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        known = [s for a in self._actions for s in a.option_strings]
+        for word in message.split(":", 1)[1].split():
+            flag = word.split("=", 1)[0]
+            if flag.startswith("-"):
+                near = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+                if near:
+                    return f"; did you mean {near[0]}?"
+        return ""
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from compute_db import cli as compute_db_cli
+    from netsim import cli as netsim_cli
+    from sim import commands as sim_commands
+    from sim.analysis import cli as analysis_cli
+    from sim.serve import cli as serve_cli
+    from topo import cli as topo_cli
+    from workload_gen import cli as workload_cli
     parser = OneLineParser(
         prog="clustersim",
         description="Simulate large-model training iterations and inference serving on GPU clusters.")
+    parser.add_argument("--version", action="version", version=f"clustersim {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in (sim_commands, serve_cli, analysis_cli, workload_cli, topo_cli, netsim_cli, compute_db_cli):
         module.register(sub)
     return parser
 
 
+def _innermost(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The (sub)parser of the command named in argv, so an unknown flag is matched against its own flags."""
+    words = [w for w in argv if not w.startswith("-")]
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        nxt = next((subs[0].choices[w] for w in words if subs and w in subs[0].choices), None)
+        if nxt is None:
+            return parser
+        parser = nxt
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
+    if argv in (["--version"], ["-V"]):  # answered before the subcommands' imports
+        print(f"clustersim {version()}")
+        return 0
+    parser = build_parser()
     if not argv:
         argv = ["run"]  # the built-in example is the default job
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _innermost(parser, argv).error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    errors = user_errors()
     try:
         return int(args.func(args) or 0)
-    except USER_ERRORS as exc:
+    except errors as exc:
         msg = str(exc) if not isinstance(exc, OSError) else f"{exc.filename}: {exc.strerror}"
         print(f"clustersim: error: {msg}", file=sys.stderr)
         return 2

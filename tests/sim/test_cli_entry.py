@@ -1,0 +1,54 @@
+"""The `clustersim` entry point: --version, no prefix matching, one-line errors naming the closest flag."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from sim.cli import main
+
+
+def test_version_prints_the_installed_distribution_version(capsys):
+    from importlib.metadata import version
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"clustersim {version('clustersim')}"
+
+
+def test_version_does_not_import_the_simulator():
+    code = ("import sys; from sim.cli import main; main(['--version']); "
+            "print(sorted(m for m in ('numpy', 'pandas', 'sim.simulation', 'netsim') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_long_flag_prefixes_are_not_accepted(capsys):
+    # --net would silently mean --network if argparse abbreviations were on
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--net", "analytical"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "unrecognized arguments: --net analytical" in err
+
+
+def test_a_misspelt_flag_names_the_closest_real_one(capsys):
+    with pytest.raises(SystemExit):
+        main(["run", "--netwrok", "flow"])
+    assert "unrecognized arguments: --netwrok flow; did you mean --network?" in capsys.readouterr().err
+
+
+def test_unknown_flag_of_a_nested_command_is_matched_against_that_command(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--qsp", "3"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("clustersim serve: error: unrecognized arguments: --qsp 3; did you mean --qps?")
+
+
+def test_unknown_flag_without_a_close_match_names_no_flag(capsys):
+    with pytest.raises(SystemExit):
+        main(["run", "--zzzzzzzz"])
+    err = capsys.readouterr().err
+    assert "did you mean" not in err and "unrecognized arguments: --zzzzzzzz" in err
