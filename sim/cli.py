@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+import signal
 import sys
 
 
@@ -73,6 +74,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that every cleanup path (temp files and folders) runs."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
+def _handle_sigterm():
+    """Install the SIGTERM handler (main thread only: signal.signal refuses elsewhere); the old handler."""
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _on_sigterm)
+
+
 def _innermost(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
     """The (sub)parser of the command named in argv, so an unknown flag is matched against its own flags."""
     words = [w for w in argv if not w.startswith("-")]
@@ -99,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     errors = user_errors()
+    previous = _handle_sigterm()
     try:
         return int(args.func(args) or 0)
     except errors as exc:
@@ -109,9 +127,15 @@ def main(argv: list[str] | None = None) -> int:
         # output piped into e.g. `head`: stop quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Terminated:
+        print("clustersim: terminated (nothing half-written was kept)", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("clustersim: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -236,12 +236,35 @@ def check_out_dir(out: str | Path, owned: tuple[str, ...] = RUN_FILES) -> Path:
     return out
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def remove_stale_temps(out: Path) -> None:
+    """Remove `.NAME.tmp-PID-*` / `.NAME.old-PID-*` folders beside `out` left by a run that was killed
+    (its PID no longer runs; folders without a PID come from older versions and are removed too)."""
+    for p in out.parent.glob(f".{out.name}.*-*"):
+        kind, _, rest = p.name[len(out.name) + 2:].partition("-")
+        if kind not in ("tmp", "old") or not p.is_dir():
+            continue
+        pid = rest.partition("-")[0]
+        if not (pid.isdigit() and _pid_alive(int(pid))):
+            shutil.rmtree(p, ignore_errors=True)
+
+
 def atomic_dir(out: str | Path, write, owned: tuple[str, ...] = RUN_FILES) -> Path:
     """Call write(tmp_dir) and move the finished directory to `out` (replacing an old results dir)."""
     out = check_out_dir(out, owned)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        remove_stale_temps(out)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
     except OSError as exc:
         raise SimError(f"{out}: cannot create the results directory ({exc.strerror})") from None
     os.chmod(tmp, 0o755)
@@ -251,7 +274,7 @@ def atomic_dir(out: str | Path, write, owned: tuple[str, ...] = RUN_FILES) -> Pa
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-{os.getpid()}-", dir=out.parent))
         os.rmdir(old)
         os.replace(out, old)
         os.replace(tmp, out)
