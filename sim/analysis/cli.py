@@ -124,11 +124,16 @@ def _plan_args(p) -> None:
 def _plan_from_args(args, model):
     import dataclasses
 
-    from sim.analysis.perfllm import _check_plan, load_strategy
+    from sim.analysis.perfllm import _apply_simumax_strategy, _check_plan, load_strategy
     from workload_gen.plan import ParallelPlan
     if args.plan:
         # PerfLLM strategy files also carry selective-recompute components and mem_factor
-        plan, opts, where, raw = load_strategy(args.plan)
+        notes: list[str] = []
+        plan, opts, where, raw = load_strategy(args.plan, notes)
+        if raw:   # SimuMax keys that need the model (enable_dropout, recompute_layer_num above a chunk)
+            args.file_model, plan = _apply_simumax_strategy(model, plan, raw, where, notes)
+        for note in notes:
+            print(f"clustersim: warning: {note}", file=sys.stderr)
         args.file_mem_options = opts
         over = _switch_fields(args)
         if args.dtype:
@@ -159,6 +164,7 @@ def cmd_memory(args) -> int:
     from workload_gen.plan_validation import validate_plan
     model = load_model_any(args.model)
     plan = _plan_from_args(args, model)
+    model = getattr(args, "file_model", model)
     validate_plan(model, plan)
     if args.json:
         from sim.outpath import check_writable

@@ -20,7 +20,8 @@ Everything is per GPU (one rank of a pipeline stage), in bytes. Modelled:
   DeepSpeed ZeRO reduce/all-gather buckets.
 - Allocator (PyTorch caching allocator): reserved = allocated peak + block rounding (2 MiB per large
   block) + the transient blocks of the other pass that stay cached but cannot be reused for
-  differently-sized requests; `mem_factor` (PerfLLM strategy field) overrides the ratio.
+  differently-sized requests. `mem_factor` (SimuMax strategy field: allocated/reserved, 0.94 in its
+  shipped files) replaces this model as SimuMax applies it: reserved = allocated peak / mem_factor.
 Ignored: CUDA context/cuBLAS workspaces outside the allocator (reported separately as a constant),
 fp8 weight copies, activation offloading, CPU optimizer offload.
 """
@@ -55,7 +56,7 @@ class MemoryOptions:
     nccl_buffer_bytes_per_comm: int = 2 * 8 * 4 * MiB  # 2 peers x 8 channels x NCCL_BUFFSIZE 4 MiB
     cuda_context_bytes: int = 600 * MiB          # outside the allocator; reported, not in peak_mem
     block_round_bytes: int = 2 * MiB
-    mem_factor: float | None = None              # reserved/allocated override (PerfLLM field)
+    mem_factor: float | None = None              # SimuMax's allocated/reserved in (0, 1]: reserved = peak / it
 
 
 @dataclass
@@ -414,7 +415,7 @@ def analyze_memory(model, plan, workload=None, *, options: MemoryOptions = Memor
         path = fpath if fwd_peak >= bwd_peak else bpath
         n_blocks = len(inflight) * max(1, n_ops) + 8
         if options.mem_factor:
-            reserved = int(peak_alloc * options.mem_factor)
+            reserved = int(peak_alloc / options.mem_factor)
         else:
             other = min(max(0, f_extra), b_extra)
             rounding = min(n_blocks * options.block_round_bytes // 2, peak_alloc // 50)

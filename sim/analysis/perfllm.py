@@ -9,7 +9,11 @@ clustersim's own YAML/JSON files, zoo names, and ModelSpec / ParallelPlan / Hard
 System file (that tool's layout): `sys_name`, `num_per_node`, `accelerator.mem_gbs` (GiB of device
 memory), `accelerator.op.<matmul|sdp_fwd|...>.{tflops, efficient_factor}`,
 `accelerator.bandwidth.default.{gbps, efficient_factor, latency_us}` (HBM, GB/s),
-`networks.<high_intra_node|inter_node>.bandwidth.{gbps, efficient_factor, latency_us}` (per GPU, GB/s).
+`networks.<high_intra_node|inter_node>.bandwidth.{gbps, efficient_factor, latency_us}` (per GPU, GB/s;
+on a PCIe system the node-wide `intra_node_pcie_<n>x` level replaces high_intra_node).
+SimuMax v1.2's shipped strategy/model/system files all load with SimuMax's meanings (load_strategy,
+workload_gen.config_io); keys inert there or not modelled here give one-line notes (`PerfLLM.notes`,
+CompatibilityWarning). Results carry clustersim's unit-named keys and the seed's names, same numbers.
 clustersim's own system file: `gpu: <name>` (+ optional `gpus_per_server`, `topology: {template, ...}`).
 
 Kernel times (run_estimate and the search alike): with that tool's system file, the roofline of its
@@ -22,6 +26,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
+import warnings
 from pathlib import Path
 
 from sim.analysis.cost import count_flops, pass_costs, utilisation, walk_kernel_flops
@@ -36,7 +42,7 @@ from sim.analysis.search import (
 )
 from sim.analysis.steptime import HardwareSpec, estimate_step, hardware_from_gpu
 from sim.errors import SimError
-from workload_gen.config_io import read_mapping
+from workload_gen.config_io import CompatibilityWarning, read_mapping
 from workload_gen.errors import ConfigFileError
 
 # ParallelPlan field -> PerfLLM strategy key (to name the user's key in plan errors)
@@ -130,9 +136,10 @@ def _perfllm_system(data: dict, where: str) -> HardwareSpec:
         * _num(bw, "efficient_factor", f"{where}: accelerator.bandwidth.default", 1.0) / 0.8
     mem = _num(acc, "mem_gbs", f"{where}: accelerator") * GiB
     nets = _sub(data, "networks", where)
-    intra = _sub(_sub(nets, "high_intra_node", f"{where}: networks"), "bandwidth", f"{where}: networks.high_intra_node")
+    level = _intra_level(nets, int(_num(data, "num_per_node", where, 8)), where)
+    intra = _sub(_sub(nets, level, f"{where}: networks"), "bandwidth", f"{where}: networks.{level}")
     inter = _sub(_sub(nets, "inter_node", f"{where}: networks"), "bandwidth", f"{where}: networks.inter_node")
-    wi, wo = f"{where}: networks.high_intra_node.bandwidth", f"{where}: networks.inter_node.bandwidth"
+    wi, wo = f"{where}: networks.{level}.bandwidth", f"{where}: networks.inter_node.bandwidth"
     return HardwareSpec(
         name=str(data.get("sys_name", "custom")), peak_flops=peak, hbm_Bps=hbm, hbm_bytes=mem,
         nvlink_Bps=_num(intra, "gbps", wi) * 1e9, nic_Bps=_num(inter, "gbps", wo) * 1e9,
@@ -141,6 +148,24 @@ def _perfllm_system(data: dict, where: str) -> HardwareSpec:
         nic_efficiency=_num(inter, "efficient_factor", wo, 1.0),
         intra_latency_s=_num(intra, "latency_us", wi, 8.0) * 1e-6,
         inter_latency_s=_num(inter, "latency_us", wo, 20.0) * 1e-6)
+
+
+_PCIE_LEVEL = re.compile(r"intra_node_pcie_(\d+)x")
+
+
+def _intra_level(nets: dict, per_node: int, where: str) -> str:
+    """The `networks` level that carries intra-node traffic: `high_intra_node` (NVLink), or on a PCIe
+    system (`intra_with_pcie: true`, levels `intra_node_pcie_<n>x` for groups of n GPUs) the level of the
+    largest group that fits in a node, n <= num_per_node (the one a node-wide group uses; SimuMax's
+    shipped A100-PCIe file gives every level the same bandwidth block). Per-op factors are not read."""
+    pcie = sorted((int(m.group(1)), key) for key in nets if (m := _PCIE_LEVEL.fullmatch(key)))
+    if nets.get("intra_with_pcie") is True or ("high_intra_node" not in nets and pcie):
+        fit = [key for n, key in pcie if n <= per_node]
+        if not fit:
+            raise SimError(f"{where}: networks: intra_with_pcie is true but no 'intra_node_pcie_<n>x' level "
+                           f"with n <= num_per_node={per_node}")
+        return fit[-1]
+    return "high_intra_node"
 
 
 def load_model_any(src):
@@ -160,11 +185,14 @@ def load_model_any(src):
     raise SimError(f"model_config: expected a path, mapping, zoo name or ModelSpec (got {type(src).__name__})")
 
 
-def load_strategy(src) -> tuple[object, MemoryOptions, str, dict]:
+def load_strategy(src, notes: list[str] | None = None) -> tuple[object, MemoryOptions, str, dict]:
     """(ParallelPlan, MemoryOptions, source name, raw mapping) from a path, mapping or ParallelPlan.
 
-    PerfLLM-only fields handled here: attn_recompute / mlp_recompute / mlp_rms_recompute (selective
-    components), zero_state 2/3 (DeepSpeed ZeRO stages), mem_factor (reserved/allocated ratio)."""
+    SimuMax strategy files mean what they mean in SimuMax v1.2 (workload_gen.config_io._plan_from_perfllm
+    for the plan fields). Read here: attn_recompute / mlp_recompute / mlp_rms_recompute /
+    mla_rms_recompute (selective components; without any, Megatron's selective = attention core) and
+    `mem_factor` = allocated/reserved in (0, 1] (SimuMax reports peak_mem / mem_factor as the reserved
+    peak). `notes` collects one-line compatibility notes (None: warn them as CompatibilityWarning)."""
     from workload_gen.config_io import plan_from_mapping
     from workload_gen.plan import ParallelPlan
     if isinstance(src, ParallelPlan):
@@ -177,11 +205,11 @@ def load_strategy(src) -> tuple[object, MemoryOptions, str, dict]:
     else:
         raise SimError(f"strategy_config: expected a path, mapping or ParallelPlan (got {type(src).__name__})")
     perf = bool(_PERFLLM_STRATEGY_KEYS & set(data))
-    extra_keys = ("attn_recompute", "mlp_recompute", "mlp_rms_recompute", "mla_rms_recompute", "mem_factor")
-    base = {k: v for k, v in data.items() if k not in extra_keys} if perf else data
-    plan = plan_from_mapping(base, where)
+    local: list[str] = []
+    plan = plan_from_mapping(data, where, notes=local)
     sel = []
     if perf:
+        flags = []
         for key, comp in (("attn_recompute", "attn"), ("mlp_recompute", "mlp"), ("mlp_rms_recompute", "norm"),
                           ("mla_rms_recompute", "norm")):
             v = data.get(key)
@@ -189,18 +217,51 @@ def load_strategy(src) -> tuple[object, MemoryOptions, str, dict]:
                 continue
             if not isinstance(v, bool):
                 raise SimError(f"{where}: key '{key}': expected true or false, got {v!r}")
-            if v and comp not in sel:
-                sel.append(comp)
-        zs = data.get("zero_state", 0)
-        if zs in (2, 3):
-            plan = dataclasses.replace(plan, framework="deepspeed", distributed_optimizer=False, zero_stage=zs)
-        elif zs not in (0, 1):
-            raise SimError(f"{where}: key 'zero_state': expected 0, 1, 2 or 3, got {zs!r}")
+            if v:
+                flags.append(key)
+                if comp not in sel:
+                    sel.append(comp)
+        if flags and plan.recompute != "selective":
+            local.append(f"{where}: key '{flags[0]}': {', '.join(flags)} act only with selective_recompute "
+                         f"(the plan runs {plan.recompute!r} recompute)")
+        elif plan.recompute == "selective" and not flags:
+            local.append(f"{where}: key 'recompute_granularity': selective_recompute without attn_recompute / "
+                         f"mlp_recompute / mlp_rms_recompute / mla_rms_recompute: recomputing the attention "
+                         f"core (Megatron's selective recompute)")
+        ed = data.get("enable_dropout")
+        if ed is not None and not isinstance(ed, bool):
+            raise SimError(f"{where}: key 'enable_dropout': expected true or false, got {ed!r}")
     mf = data.get("mem_factor") if perf else None
-    if mf is not None and (isinstance(mf, bool) or not isinstance(mf, (int, float)) or mf < 1):
-        raise SimError(f"{where}: key 'mem_factor': expected a number >= 1 (reserved/allocated), got {mf!r}")
+    if mf is not None and (isinstance(mf, bool) or not isinstance(mf, (int, float)) or not 0 < mf <= 1):
+        raise SimError(f"{where}: key 'mem_factor': expected a number in (0, 1] (allocated/reserved: the "
+                       f"reserved peak is peak_mem / mem_factor), got {mf!r}")
     opts = MemoryOptions(selective=tuple(sel) or ("attn",), mem_factor=float(mf) if mf else None)
+    if notes is not None:
+        notes.extend(local)
+    else:
+        for n in local:
+            warnings.warn(n, CompatibilityWarning, stacklevel=2)
     return plan, opts, where, data if perf else {}
+
+
+def _apply_simumax_strategy(model, plan, raw: dict, where: str, notes: list[str]):
+    """(model, plan) after the SimuMax strategy keys that need the model: `enable_dropout` (dropout masks
+    kept or not: a model property here), and `recompute_layer_num` above the layers of a pipeline chunk,
+    which SimuMax reads as "every layer" (clamped, with a note)."""
+    from workload_gen.layout import layer_assignment
+    if "enable_dropout" in raw:
+        model = dataclasses.replace(model, extra={**model.extra, "dropout": bool(raw["enable_dropout"])})
+    n = plan.recompute_num_layers
+    if plan.recompute == "full" and n is not None:
+        try:
+            per_chunk = max(len(c) for st in layer_assignment(model, plan) for c in st)
+        except ValueError:
+            return model, plan           # an invalid layout: validate_plan names the key
+        if n > per_chunk:
+            notes.append(f"{where}: key 'recompute_layer_num': {n} is more than the {per_chunk} layers of a "
+                         f"pipeline chunk; recomputing all of them")
+            plan = dataclasses.replace(plan, recompute_num_layers=per_chunk)
+    return model, plan
 
 
 def _check_plan(model, plan, where: str, perf: bool) -> None:
@@ -232,6 +293,7 @@ class PerfLLM:
         self._use_db = True
         self._db = None
         self._net_calibration = None
+        self.notes: list[str] = []      # compatibility notes of the configured files (also warned)
 
     def _kernel_db(self):
         """compute_db for kernel times, or None (roofline of the system file's efficiencies)."""
@@ -260,11 +322,18 @@ class PerfLLM:
         self.model = load_model_any(model_config)
         self.hw, self.system_extra = load_system(system_config, db=self._db)
         self._use_db = not self.system_extra.get("perfllm_system", False)
+        notes: list[str] = []
         if strategy_config is not None:
-            self.plan, self.mem_options, self._strategy_where, raw = load_strategy(strategy_config)
+            self.plan, self.mem_options, self._strategy_where, raw = load_strategy(strategy_config, notes)
             self._perf_strategy = bool(raw)
+            if raw:
+                self.model, self.plan = _apply_simumax_strategy(self.model, self.plan, raw, self._strategy_where,
+                                                                notes)
             self.hw, self.system_extra = load_system(system_config, self.plan.dtype, db=self._db)
             _check_plan(self.model, self.plan, self._strategy_where, self._perf_strategy)
+        self.notes = notes
+        for n in notes:
+            warnings.warn(n, CompatibilityWarning, stacklevel=2)
         topo = self.system_extra.get("topology")
         if topo:
             self.topology = _build_topology(topo, self.plan.world_size if self.plan else None)
@@ -356,6 +425,9 @@ class PerfLLM:
                 "memory_reserved_ratio": s.memory_reserved_ratio,
                 "peak_path": str(s.peak_path),
             }
+            out[name].update(_seed_names(out[name], _SEED_MEM_KEYS))
+            out[name]["model_mem"] = ms.total_bytes
+        out["notes"] = list(self.notes)
         return out
 
     def analysis_cost(self) -> dict:
@@ -369,7 +441,7 @@ class PerfLLM:
         kf = walk_kernel_flops(self.model, p, self.mem_options.selective)
         m = max(1, p.num_microbatches)
         denom = e.iteration_time_s * p.world_size * self.hw.peak_flops
-        return {
+        out = {
             "duration_time_per_iter_s": e.iteration_time_s,
             "chunk_time_s": e.chunk_time_s,
             "all_tokens_per_iter": fc.tokens,
@@ -393,6 +465,9 @@ class PerfLLM:
                                 "per_micro_batch_per_gpu": pass_costs(self.model, p, self.mem_options.selective)},
             "method": e.method,
         }
+        out.update(_seed_names(out, _SEED_COST_KEYS))
+        out["notes"] = list(self.notes)
+        return out
 
     def search_best_parallel_strategy_with_recompute(
             self, world_size: int, gmi_error: float = 6, micro_batch_size=1, global_batch_size: int | None = None,
@@ -443,15 +518,42 @@ class PerfLLM:
             write_rejections_csv(res, os.path.join(dump_path, "rejected_families.csv"))
             write_pareto_png(res, os.path.join(dump_path, "pareto.png"), title=f"{self.model.name} on {world_size} GPUs")
         best = res.best
-        out: dict = {"best_plan": None, "duration_time_per_iter_s": math.nan, "peak_mem_bytes": math.nan}
+        out: dict = {"best_plan": None, "duration_time_per_iter_s": math.nan, "peak_mem_bytes": math.nan,
+                     "peak_mem_with_reserved_bytes": math.nan}
         if best is not None:
             out = candidate_dict(best)
             out["best_plan"] = out.pop("plan")
             out["duration_time_per_iter_s"] = best.iteration_time_s
+        out.update({"duration_time_per_iter": out["duration_time_per_iter_s"], "peak_mem": out["peak_mem_bytes"],
+                    "peak_mem_with_reserved": out["peak_mem_with_reserved_bytes"]})
         out.update({"evaluated": res.evaluated, "feasible_plans": len(res.ranked), "elapsed_s": res.elapsed_s,
                     "screen_method": res.screen_method, "confirm_method": res.confirm_method,
                     "rejected_families": dict(res.rejected_families), "notes": list(res.notes)})
         return out
+
+    def search_best_parallel_strategy(self, *args, **kwargs) -> dict:
+        """SimuMax v1.2's name for the same search (`search_best_parallel_strategy_with_recompute`, same
+        arguments and result). An argument that search does not take is one line naming it."""
+        import inspect
+        try:
+            inspect.signature(self.search_best_parallel_strategy_with_recompute).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise SimError(f"search_best_parallel_strategy: {exc}") from None
+        return self.search_best_parallel_strategy_with_recompute(*args, **kwargs)
+
+
+# the seed API's result names -> clustersim's (same numbers: seconds, bytes, tokens/s; see docs/analysis.md)
+_SEED_COST_KEYS = {"duration_time_per_iter": "duration_time_per_iter_s", "chunk_time": "chunk_time_s",
+                   "throughput_per_accelerator": "throughput_per_accelerator_tokens_per_s"}
+_SEED_MEM_KEYS = {"fwd_activation_cache_per_micro_batch": "fwd_activation_cache_per_micro_batch_bytes",
+                  "peak_activation_mem_in_1F1B": "peak_activation_mem_in_1F1B_bytes",
+                  "fwd_peak_allocated_mem": "fwd_peak_allocated_mem_bytes",
+                  "bwd_peak_allocated_mem": "bwd_peak_allocated_mem_bytes",
+                  "peak_mem": "peak_mem_bytes", "peak_mem_with_reserved": "peak_mem_with_reserved_bytes"}
+
+
+def _seed_names(d: dict, names: dict[str, str]) -> dict:
+    return {seed: d[ours] for seed, ours in names.items()}
 
 
 def _tup(v):
