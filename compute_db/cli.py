@@ -22,13 +22,17 @@ def _gpu_file_arg(p: argparse.ArgumentParser) -> None:
 def register(subparsers) -> None:
     """Add this package's subcommands to the clustersim parser."""
     m = subparsers.add_parser(
-        "measure", help="time every distinct kernel of a workload with torch (AIOB runner) into a compute DB",
+        "measure", help="time every distinct kernel of a workload, or a model's serving kernels (--serving), "
+                        "with torch into a compute DB",
         description="Time every distinct compute kernel of a workload (forward and backward) with torch: CUDA "
                     "events on a GPU, wall-clock on CPU; warm-up, repeats, outlier filtering. Rows are written "
-                    "to --db with the device identity. Needs the aiob extra (torch).")
+                    "to --db with the device identity. --serving: the serving kernels of --model instead "
+                    "(token-level kernels over token counts, prefill attention over (chunk, KV length), decode "
+                    "attention over (batch, KV length)) for each --tp, on the --grid. Needs the aiob extra (torch).")
     src = m.add_mutually_exclusive_group(required=True)
     src.add_argument("--workload", metavar="JSON", help="native workload JSON (clustersim workload files)")
-    src.add_argument("--model", metavar="NAME|FILE", help="zoo model name or model config file (with --plan)")
+    src.add_argument("--model", "-m", metavar="NAME|FILE",
+                     help="zoo model name or model config file (HF config.json; with --plan, or --serving)")
     m.add_argument("--plan", "--plan-file", dest="plan", metavar="FILE",
                    help="parallel plan file (YAML/JSON), with --model (--plan-file as in `clustersim workload`)")
     _db_arg(m, required=True, help_="compute DB to write (created if missing)")
@@ -40,6 +44,22 @@ def register(subparsers) -> None:
     m.add_argument("--kinds", help="comma-separated kernel kinds to measure (default all)")
     m.add_argument("--max-gb", type=float, default=None,
                    help="skip kernels needing more memory than this (default 70%% of GPU memory; CPU 2 GB)")
+    s = m.add_argument_group("serving kernels (--serving)")
+    s.add_argument("--serving", action="store_true",
+                   help="measure the serving kernels of --model (the keys `clustersim serve` looks up)")
+    s.add_argument("--tp", help="tensor-parallel degrees, comma-separated (default 1): one rank's shards each")
+    s.add_argument("--ep", help="expert-parallel degrees of MoE models, comma-separated: 1 or equal to tp "
+                                "(default 1; combinations that do not fit are listed and skipped)")
+    s.add_argument("--grid", action="append", metavar="AXIS=VALUES",
+                   help="grid axis (repeatable): tokens (token-level kernels, LM-head rows), chunk (prefill "
+                        "chunk), kv (KV length per request), batch (decode requests); VALUES = comma list of "
+                        "integers, lo:hi (2^k and 3*2^k) or lo:hi:pow2. Defaults tokens=1:8192, "
+                        "chunk=1:8192:pow2, kv=1:<model context>:pow2, batch=1:256:pow2")
+    s.add_argument("--weight-dtype", "--dtype", dest="weight_dtype", default=None,
+                   help="bf16 | fp16 | fp8 weights and GEMMs (default bf16), as `clustersim serve`")
+    s.add_argument("--kv-dtype", default=None, help="bf16 | fp16 | fp8 KV cache (default: the activation dtype)")
+    s.add_argument("--max-model-len", type=int, default=None,
+                   help="longest request in tokens: the kv axis' default upper end (default: the model's context)")
     m.set_defaults(func=cmd_measure)
 
     c = subparsers.add_parser("compute-db", help="kernel timing database: info, lookup, calibrate, import, export")
@@ -81,11 +101,20 @@ def register(subparsers) -> None:
                         "(default gemm, grouped_gemm)")
     p.set_defaults(func=cmd_calibrate)
 
-    p = sub.add_parser("import-vidur", help="import Vidur profiling CSVs (<dir>/<a100|h100>/<org>/<model>/mlp.csv)")
+    p = sub.add_parser("import-vidur", help="import Vidur profiles: <gpu>/<org>/<model>/{mlp,attention}.csv and "
+                                            "network <gpu>_<node>/{all_reduce,send_recv}.csv",
+                       description="Import every Vidur profile under DIRECTORY (any depth; Vidur's data/profiling "
+                                   "layout works as it is): mlp.csv (token-level kernels), attention.csv (prefill "
+                                   "and decode attention, KV-cache save) and the network profiles all_reduce.csv / "
+                                   "send_recv.csv (measured collective curves used by `clustersim serve`). The GPU "
+                                   "is the a100|h100 folder (or node type such as h100_dgx) in the path. Counts per "
+                                   "file kind are printed; every file not imported is listed with the reason.")
     p.add_argument("directory")
     _db_arg(p, required=True, help_="compute DB to write (created if missing)")
     p.add_argument("--shipped-grid", action="store_true",
-                   help="keep only token counts 1, 2, 4 and 2^k, 3*2^k (a log-spaced subset)")
+                   help="mlp.csv: keep only token counts 1, 2, 4 and 2^k, 3*2^k (a log-spaced subset)")
+    p.add_argument("--attention-backend", metavar="NAME",
+                   help="attention.csv: keep only rows of this attention_backend (default: all, one source each)")
     p.add_argument("--fresh", action="store_true", help="replace the DB instead of adding to it")
     p.set_defaults(func=cmd_import_vidur)
 
@@ -225,22 +254,47 @@ def cmd_calibrate(args) -> int:
     return 0
 
 
-def _write(path: str, rows, fresh: bool = False, figures=(), pack: bool = False) -> int:
-    """Write rows (and figures); pack: token sweeps as compact series (store.pack_series)."""
+def _write(path: str, rows, fresh: bool = False, figures=(), pack: bool = False, collectives=()) -> int:
+    """Write rows (and figures, collective rows); pack: token sweeps as compact series (store.pack_series)."""
     from compute_db import store
     if fresh:
-        return store.write_fresh(path, rows, figures, pack=pack)
+        return store.write_fresh(path, rows, figures, pack=pack, collectives=collectives)
     plain, series = store.pack_series(rows) if pack else (list(rows), [])
-    return store.write_data(path, plain, series, figures)
+    return store.write_data(path, plain, series, figures, collectives=collectives)
 
 
 def cmd_import_vidur(args) -> int:
-    from compute_db import importers
-    rows = importers.import_vidur(args.directory,
-                                  importers.shipped_token_counts() if args.shipped_grid else None)
-    n = _write(args.db, rows, args.fresh, pack=True)
-    gpus = sorted({r.gpu for r in rows})
-    print(f"imported {n} Vidur kernel rows ({', '.join(gpus)}) into {args.db}")
+    from compute_db import importers, store
+    store.check_output_path(args.db)
+    got = importers.import_vidur_profiles(args.directory,
+                                          importers.shipped_token_counts() if args.shipped_grid else None,
+                                          args.attention_backend)
+    n = _write(args.db, got.rows, args.fresh, pack=True, collectives=got.collectives)
+    nc = len(got.collectives)
+    gpus = sorted({r.gpu for r in got.rows})
+    cgpus = sorted({c.gpu for c in got.collectives})
+    text = f"imported {n - nc} Vidur kernel rows ({', '.join(gpus) or '-'})"
+    if nc:
+        text += f" and {nc} collective points ({', '.join(cgpus)})"
+    print(text + f" into {args.db}")
+    for name in importers.VIDUR_FILES:
+        if not got.files.get(name):
+            continue
+        files = got.files[name]
+        what = "collective points" if name in ("all_reduce.csv", "send_recv.csv") else "kernel rows"
+        line = (f"  {name:<15s}{files:>4d} file{'s' if files > 1 else ' '} {got.counts[name]:>7d} {what} "
+                f"({', '.join(sorted(got.gpus[name]))})")
+        if name == "attention.csv":
+            line += ": " + ", ".join(f"{v} {k}" for k, v in sorted(got.parts.items()))
+        elif what == "collective points":
+            settings = sorted({(c.collective, c.num_workers, c.devices_per_node) for c in got.collectives
+                               if (c.collective == "send") == (name == "send_recv.csv")})
+            line += ": " + ", ".join(f"{c} over {w} GPUs ({d} per server)" for c, w, d in settings)
+        print(line)
+    if got.skipped:
+        print(f"skipped ({len(got.skipped)}):")
+        for s in got.skipped:
+            print(f"  {s}")
     return 0
 
 
@@ -340,9 +394,14 @@ def _workload_from_args(args):
         raise ComputeDBError(f"workload generator not available in this installation ({exc})") from None
 
 
-def cmd_measure(args) -> int:
-    from compute_db import measure, store
-    measure.require_torch()  # fail fast with the install hint
+PROGRESS_EVERY = 50      # kernels between progress lines when stderr is not a terminal
+_SERVING_FLAGS = (("tp", "--tp"), ("ep", "--ep"), ("grid", "--grid"), ("weight_dtype", "--weight-dtype"),
+                  ("kv_dtype", "--kv-dtype"), ("max_model_len", "--max-model-len"))
+
+
+def _measure_common(args):
+    """Checks shared by both measure modes; returns the wanted kernel kinds (None: all)."""
+    from compute_db import store
     if args.max_kernels is not None and args.max_kernels < 1:
         raise ComputeDBError(f"--max-kernels: must be >= 1, got {args.max_kernels}")
     if args.max_gb is not None and not args.max_gb > 0:
@@ -360,6 +419,117 @@ def cmd_measure(args) -> int:
         store.connect_ro(args.db).close()
     else:
         store.check_output_path(args.db)
+    return wanted
+
+
+def _int_list(text: str | None, flag: str, default: tuple[int, ...]) -> tuple[int, ...]:
+    if text is None:
+        return default
+    out = []
+    for item in text.split(","):
+        try:
+            v = int(item)
+        except ValueError:
+            raise ComputeDBError(f"{flag}: {item.strip()!r} is not an integer (expected e.g. 1,2,4)") from None
+        if v < 1:
+            raise ComputeDBError(f"{flag}: values must be >= 1, got {v}")
+        out.append(v)
+    return tuple(dict.fromkeys(out))
+
+
+def cmd_measure_serving(args) -> int:
+    """`measure --serving`: the serving kernels of --model for each --tp (and --ep) on the --grid."""
+    from compute_db import measure, serving, store
+    from workload_gen.errors import WorkloadError
+    if args.workload or args.plan:
+        raise ComputeDBError(f"{'--workload' if args.workload else '--plan'}: not used with --serving "
+                             "(give --model and --tp)")
+    measure.require_torch()
+    wanted = _measure_common(args)
+    tps = _int_list(args.tp, "--tp", (1,))
+    eps = _int_list(args.ep, "--ep", (1,))
+    if args.max_model_len is not None and args.max_model_len < 1:
+        raise ComputeDBError(f"--max-model-len: must be >= 1, got {args.max_model_len}")
+    model = _load_model(args.model)
+    grid = serving.parse_grid(args.grid, args.max_model_len or model.seq_length)
+    from workload_gen import inference as inf
+    plans: list[tuple[str, dict[str, list]]] = []
+    seen: set = set()
+    for tp in tps:
+        for ep in eps:
+            try:
+                spec = inf.inference_spec(model, tp=tp, ep=ep, weight_dtype=args.weight_dtype or "bf16",
+                                          kv_dtype=args.kv_dtype)
+            except WorkloadError as exc:
+                if len(tps) * len(eps) == 1:
+                    raise ComputeDBError(str(exc)) from None
+                print(f"measure: skipping tp={tp} ep={ep}: {exc}", file=sys.stderr)
+                continue
+            parts = serving.serving_key_parts(spec, grid)
+            for name in parts:   # a key shared with an earlier degree is measured once
+                parts[name] = [k for k in parts[name] if k not in seen and (wanted is None or k.kind in wanted)]
+                seen.update(parts[name])
+            plans.append((f"tp={tp}" + (f" ep={ep}" if ep > 1 else ""), parts))
+    if not plans:
+        raise ComputeDBError(f"--tp/--ep: no combination fits {model.name}")
+    total = sum(len(v) for _, parts in plans for v in parts.values())
+    if total == 0:
+        raise ComputeDBError(f"--kinds: the serving kernels of {model.name} have no kernels of kind(s) "
+                             f"{', '.join(sorted(wanted or ()))}")
+    budget = args.max_kernels
+    goal = min(total, budget or total)
+    bar = None
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+        bar = tqdm(total=goal, desc="measuring serving kernels", unit="kernel")
+    done = [0]
+
+    def progress(_key) -> None:
+        done[0] += 1
+        if bar is not None:
+            bar.update(1)
+        elif done[0] % PROGRESS_EVERY == 0:      # a log file still shows the run advancing
+            print(f"measure: {done[0]}/{goal} kernels", file=sys.stderr, flush=True)
+    measured = n_rows = 0
+    gpu = "-"
+    all_skipped: list[str] = []
+    for label, parts in plans:
+        keys = [k for v in parts.values() for k in v]
+        if budget is not None:
+            keys = keys[:max(0, budget - measured)]
+        if not keys:
+            continue
+        print(f"measure: {model.name} {label}: " + ", ".join(f"{len(v)} {n}" for n, v in parts.items())
+              + f" kernels ({len(keys)} to measure)", file=sys.stderr)
+        rows, skipped = measure.measure_keys(
+            keys, device=args.device, warmup=args.warmup, repeats=args.repeats, gpu_name=args.gpu_name,
+            max_bytes=None if args.max_gb is None else args.max_gb * 1e9, progress=progress)
+        # written per degree: an interrupted run keeps what it measured
+        plain, series = store.pack_series(rows)
+        store.write_data(args.db, plain, series)
+        measured += len(keys)
+        n_rows += len(rows)
+        gpu = rows[0].gpu if rows else gpu
+        all_skipped += skipped
+        print(f"measure: {label}: {len(rows)} rows written to {args.db}", file=sys.stderr)
+    if bar is not None:
+        bar.close()
+    print(f"measured {n_rows} of {measured} serving kernels of {model.name} "
+          f"({', '.join(label for label, _ in plans)}) on {gpu} into {args.db}")
+    for line in all_skipped:
+        print(f"  skipped {line}")
+    return 0
+
+
+def cmd_measure(args) -> int:
+    from compute_db import measure, store
+    if args.serving:
+        return cmd_measure_serving(args)
+    given = [flag for dest, flag in _SERVING_FLAGS if getattr(args, dest, None) is not None]
+    if given:
+        raise ComputeDBError(f"{given[0]}: applies to --serving only")
+    measure.require_torch()  # fail fast with the install hint
+    wanted = _measure_common(args)
     workload = _workload_from_args(args)
     keys = measure.distinct_keys(measure.workload_ops(workload))
     if wanted is not None:

@@ -12,6 +12,8 @@ Resolution order for (kernel key, GPU) (docs/compute_db.md, "Resolution order"):
    GPU's spec, else priors), corrected by the residual field of the measured kernels near the shape and
    clamped to the data band: "interpolated" when the band is narrow (the data decide), else "modeled".
 ComputeOp.time_s set -> "given". A ComputeDB holds only caches of immutable data; no global state.
+Measured collective curves (store table `collectives`) are served per GPU by `collective_curves`
+(compute_db.collectives), with the same layer precedence.
 """
 
 from __future__ import annotations
@@ -245,13 +247,16 @@ class _Layer:
     """One data source: a compute DB file or in-memory rows / series / figures."""
 
     def __init__(self, path: Path | None = None, rows: Iterable[store.KernelRow] = (),
-                 series: Iterable[store.KernelSeries] = (), figures: Iterable[store.Figure] = ()):
+                 series: Iterable[store.KernelSeries] = (), figures: Iterable[store.Figure] = (),
+                 collectives: Iterable[store.CollectiveRow] = ()):
         self.path = path
+        self._colls: list[store.CollectiveRow] | None = None
         if path is not None:
             self._names = store.gpus_in(path)   # also a clear error now for a missing/foreign/corrupt file
             self._mem = None
             self._read: dict[str, tuple[list, list, list]] = {}
         else:
+            self._colls = list(collectives)
             mem: dict[str, tuple[list, list, list]] = defaultdict(lambda: ([], [], []))
             for r in rows:
                 mem[r.gpu][0].append(r)
@@ -259,11 +264,19 @@ class _Layer:
                 mem[s.gpu][1].append(s)
             for f in figures:
                 mem[f.gpu][2].append(f)
+            for c in self._colls:
+                mem[c.gpu]       # a GPU with collective rows only is still a GPU of this layer
             self._mem = dict(mem)
             self._names = sorted(self._mem)
 
     def raw_gpus(self) -> list[str]:
         return list(self._names)
+
+    def collectives(self) -> list[store.CollectiveRow]:
+        """Every collective row of the layer (a file is read once)."""
+        if self._colls is None:
+            self._colls = store.read_collectives(self.path)
+        return self._colls
 
     def read(self, raw_gpu: str) -> tuple[list, list, list]:
         """(rows, series, figures) of one GPU name as stored; a file is read once per GPU (the lists are shared:
@@ -291,7 +304,8 @@ class ComputeDB:
                  extra_gpus: Mapping[str, gpu_table.GPUSpec] | None = None,
                  exclude_source: Callable[[str], bool] | None = None, *,
                  series: Iterable[store.KernelSeries] | None = None,
-                 figures: Iterable[store.Figure] | None = None, base: ComputeDB | None = None):
+                 figures: Iterable[store.Figure] | None = None, base: ComputeDB | None = None,
+                 collectives: Iterable[store.CollectiveRow] | None = None):
         self.path = None if path is None else Path(path)
         self.extra_gpus = dict(extra_gpus or {})
         if base is not None:
@@ -299,8 +313,8 @@ class ComputeDB:
         self._exclude = exclude_source
         if self.path is not None:
             own = [_Layer(self.path)]
-        elif rows is not None or series is not None or figures is not None:
-            own = [_Layer(None, rows or (), series or (), figures or ())]
+        elif rows is not None or series is not None or figures is not None or collectives is not None:
+            own = [_Layer(None, rows or (), series or (), figures or (), collectives or ())]
         else:
             own = []
         self._layers: list[_Layer] = own + (list(base._layers) if base is not None else [])
@@ -316,6 +330,7 @@ class ComputeDB:
         self._exclude_row: Callable[[str, KernelKey], bool] | None = None
         self._delegate: ComputeDB | None = None      # answers _data / _own_fit of GPUs other than ...
         self._delegate_except: str | None = None     # ... this one (see without)
+        self._coll_curves: dict[str, object] = {}
 
     def without(self, exclude_source: Callable[[str], bool] | None = None,
                 exclude_row: Callable[[str, KernelKey], bool] | None = None, row_gpu: str | None = None
@@ -341,6 +356,7 @@ class ComputeDB:
     def add_gpus(self, specs: Mapping[str, gpu_table.GPUSpec]) -> None:
         """Make user GPUs (gpus.load_gpu_file) known to this DB."""
         self.extra_gpus.update(specs)
+        self._coll_curves.clear()
         self._cache.clear()
         self._op_cache.clear()
         self._specs.clear()
@@ -386,6 +402,16 @@ class ComputeDB:
                                         min_s=x.min_s[keep], std_s=x.std_s[keep], samples=x.samples[keep]))
             series = kept
         return rows, series, figures
+
+    def collective_curves(self, gpu: str):
+        """compute_db.collectives.CollectiveCurves of `gpu` (name or alias) over every layer (empty: none)."""
+        from compute_db.collectives import CollectiveCurves
+        name = self.canonical(gpu)
+        got = self._coll_curves.get(name)
+        if got is None:
+            got = self._coll_curves[name] = CollectiveCurves(
+                [[c for c in layer.collectives() if self._canonical_or_raw(c.gpu) == name] for layer in self._layers])
+        return got
 
     def rows(self, gpu: str) -> list[store.KernelRow]:
         """All rows of `gpu` (canonical name) in every layer, series expanded (a user row and a shipped row

@@ -14,14 +14,32 @@ model columns (head_dim = n_embd / n_head, tp = num_tensor_parallel_workers, m =
   attention/MLP residual adds three tensors);  emb -> embedding (tokens, n_embd, vocab/tp)
 Duplicate (shape, source) rows are merged: median of medians, mean of means, min of mins, max std.
 
+Vidur `attention.csv` (ms, fp16; head_dim = n_embd / n_q_head, heads = n_q_head / tp, kv heads = ceil(n_kv_head / tp)
+per rank as clustersim's serving model keeps them; b = batch_size, c = prefill_chunk_size, k = kv_cache_size):
+- attn_prefill (is_prefill)  -> flash_attn fwd causal (batch b, seq_q c, seq_kv k + c): a chunk of c new tokens
+  attending to its k cached tokens and to itself (workload_gen.inference.prefill_attention_ops)
+- attn_decode (not prefill)  -> attn_decode (batch b, kv_tokens b·(k + 1)): every request reads its k cached
+  tokens and the new token's K/V (workload_gen.inference.decode_attention_op: contexts + 1 each)
+- attn_kv_cache_save         -> memcpy of the new tokens' K and V into the cache: bytes = tokens · 2 · kv heads ·
+  head_dim · 2 B (tokens = b·c prefill, b decode), as inference.kv_write_op
+- attn_input_reshape / attn_output_reshape: not used (clustersim's kernels have no separate reshape: views
+  or fused into the attention kernel); reported as skipped. block_size, max_model_len: not part of the key.
+Vidur network profiles `all_reduce.csv` / `send_recv.csv` (ms; size in bytes; the folder names the node type,
+e.g. h100_dgx): collective rows (store.CollectiveRow) per (collective, num_workers, devices_per_node, size),
+send_recv filed as netsim's `send`; several ranks of one point: the slowest rank's median (a collective ends
+when its last rank does), repeated rows of one rank: their median.
+`import_vidur_profiles` walks a whole folder and reports every file it did not import, with the reason.
+
 AIOB text (reference/simai_formats.md §6, µs): per-layer kernel names without shapes, so the caller
 gives the model, TP degree, micro-batch tokens and the GPU (the file does not record it).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +47,7 @@ import pandas as pd
 
 from compute_db.errors import ComputeDBError
 from compute_db.keys import KernelKey, make_key
-from compute_db.store import KernelRow
+from compute_db.store import CollectiveRow, KernelRow
 from workload_gen.vocab import padded_vocab_size
 
 VIDUR_GPU_NAMES = {"a100": "A100-80GB", "h100": "H100"}
@@ -145,6 +163,263 @@ def import_vidur(directory: str | Path, token_counts: frozenset[int] | None = No
         model = "/".join(rel.parts[1:-1])
         rows.extend(import_vidur_csv(f, VIDUR_GPU_NAMES[gpu_dir], f"vidur:{model}", token_counts))
     return rows
+
+
+# ---------------------------------------------------------------- Vidur attention and network profiles
+
+VIDUR_FILES = ("mlp.csv", "attention.csv", "all_reduce.csv", "send_recv.csv")
+ATTN_OPS = ("attn_prefill", "attn_decode", "attn_kv_cache_save")
+ATTN_UNUSED = ("attn_input_reshape", "attn_output_reshape")
+_ATTN_COLS = ("n_embd", "n_q_head", "n_kv_head", "num_tensor_parallel_workers", "batch_size", "prefill_chunk_size",
+              "kv_cache_size", "is_prefill")
+_NET_COLS = ("num_workers", "size", "devices_per_node")
+VIDUR_COLLECTIVES = {"all_reduce": "all_reduce", "send_recv": "send"}   # Vidur name -> netsim name
+_STATS = ("mean", "median", "min", "std")
+
+
+def _read_csv(path: Path, what: str, required: tuple[str, ...]) -> pd.DataFrame:
+    try:
+        df = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise ComputeDBError(f"{path}: empty file (no header, no rows)") from None
+    except (OSError, ValueError) as exc:
+        raise ComputeDBError(f"{path}: cannot read {what} ({str(exc).splitlines()[0]})") from None
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise ComputeDBError(f"{path}:1: not a {what} (missing column(s) {', '.join(missing)})")
+    if df.empty:
+        raise ComputeDBError(f"{path}: {what} without data rows")
+    return df
+
+
+def _stats_ms(rec: dict, op: str) -> tuple[float, float, float, float] | None:
+    """(mean, median, min, std) in seconds of `time_stats.<op>.*` (ms); None when the median is not a positive
+    number. A missing mean/min is the median, a missing std 0."""
+    vals = {}
+    for st in _STATS:
+        v = rec.get(f"time_stats.{op}.{st}")
+        try:
+            vals[st] = float(v) if v is not None else math.nan
+        except (TypeError, ValueError):
+            vals[st] = math.nan
+    med = vals["median"]
+    if not (math.isfinite(med) and med > 0):
+        return None
+    mean = vals["mean"] if math.isfinite(vals["mean"]) and vals["mean"] > 0 else med
+    lo = vals["min"] if math.isfinite(vals["min"]) and vals["min"] > 0 else med
+    std = vals["std"] if math.isfinite(vals["std"]) and vals["std"] >= 0 else 0.0
+    return mean * 1e-3, med * 1e-3, lo * 1e-3, std * 1e-3
+
+
+def _int_field(rec: dict, col: str, where: str, minimum: int = 1) -> int:
+    v = rec[col]
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        f = math.nan
+    if not math.isfinite(f) or f != int(f) or f < minimum:
+        raise ComputeDBError(f"{where}: column {col} must be an integer >= {minimum}, got {v!r}")
+    return int(f)
+
+
+def vidur_attention_key(op: str, rec: dict, where: str = "attention.csv") -> KernelKey | None:
+    """Kernel key of one Vidur attention op for one attention.csv row (None: op not imported)."""
+    d, h, kvh = (_int_field(rec, c, where) for c in ("n_embd", "n_q_head", "n_kv_head"))
+    tp, b = _int_field(rec, "num_tensor_parallel_workers", where), _int_field(rec, "batch_size", where)
+    k = _int_field(rec, "kv_cache_size", where, 0)
+    prefill = _as_bool(rec["is_prefill"])
+    c = _int_field(rec, "prefill_chunk_size", where, 1 if prefill else 0)
+    if d % h or h % tp:
+        raise ComputeDBError(f"{where}: n_q_head {h} must divide n_embd {d} and be divisible by the "
+                             f"{tp} tensor-parallel workers")
+    hd, heads, kv_heads = d // h, h // tp, -(-kvh // tp)
+    if op == "attn_prefill" and prefill:
+        return make_key("flash_attn", "fwd", {"batch": b, "seq_q": c, "seq_kv": k + c, "heads": heads,
+                                              "kv_heads": kv_heads, "head_dim_qk": hd, "head_dim_v": hd},
+                        "fp16", causal=True)
+    if op == "attn_decode" and not prefill:
+        return make_key("attn_decode", "fwd", {"batch": b, "kv_tokens": b * (k + 1), "heads": heads,
+                                               "kv_heads": kv_heads, "head_dim_qk": hd, "head_dim_v": hd}, "fp16")
+    if op == "attn_kv_cache_save":
+        tokens = b * c if prefill else b
+        return make_key("memcpy", "fwd", {"bytes": tokens * 2 * kv_heads * hd * 2}, "fp16")
+    return None
+
+
+_ATTN_PART = {"attn_prefill": "prefill attention", "attn_decode": "decode attention",
+              "attn_kv_cache_save": "KV-cache save"}
+
+
+def import_vidur_attention_csv(csv_path: str | Path, gpu: str, source: str, backend: str | None = None
+                               ) -> tuple[list[KernelRow], dict[str, int], list[str]]:
+    """Rows of one Vidur attention.csv (ms -> s). Returns (rows, rows per part, notes on what was not used).
+
+    backend: keep only rows of this attention_backend (case-insensitive); rows of several backends are filed
+    under separate sources (`<source>:<backend>`)."""
+    csv_path = Path(csv_path)
+    df = _read_csv(csv_path, "Vidur attention profile", _ATTN_COLS)
+    have_ops = [op for op in ATTN_OPS + ATTN_UNUSED if f"time_stats.{op}.median" in df.columns]
+    if not any(op in ATTN_OPS for op in have_ops):
+        raise ComputeDBError(f"{csv_path}:1: not a Vidur attention profile (no time_stats.<op>.median column for "
+                             f"{', '.join(ATTN_OPS)})")
+    notes = []
+    has_backend = "attention_backend" in df.columns
+    if backend is not None:
+        if not has_backend:
+            raise ComputeDBError(f"{csv_path}:1: --attention-backend {backend}: the file has no attention_backend "
+                                 "column")
+        names = sorted({str(x) for x in df["attention_backend"].dropna()})
+        df = df[df["attention_backend"].astype(str).str.lower() == backend.lower()]
+        if df.empty:
+            raise ComputeDBError(f"{csv_path}: no rows of attention backend {backend!r} (the file has "
+                                 f"{', '.join(names) or 'none'})")
+    groups: dict[tuple[KernelKey, str], list] = defaultdict(list)
+    parts: dict[str, int] = defaultdict(int)
+    without_time = 0
+    for i, rec in zip(df.index, df.to_dict("records")):
+        where = f"{csv_path}:{int(i) + 2}"
+        src = source
+        if has_backend and isinstance(rec.get("attention_backend"), str) and rec["attention_backend"].strip():
+            src = f"{source}:{rec['attention_backend'].strip()}"
+        for op in ATTN_OPS:
+            if f"time_stats.{op}.median" not in rec:
+                continue
+            key = vidur_attention_key(op, rec, where)
+            if key is None:
+                continue
+            stats = _stats_ms(rec, op)
+            if stats is None:
+                without_time += 1
+                continue
+            groups[(key, src)].append(stats)
+    rows = []
+    for (key, src), stats in groups.items():
+        rows.append(merge_rows(gpu, key, src, stats))
+        part = {"flash_attn": "attn_prefill", "attn_decode": "attn_decode", "memcpy": "attn_kv_cache_save"}[key.kind]
+        parts[_ATTN_PART[part]] += 1
+    if not rows:
+        raise ComputeDBError(f"{csv_path}: no attention row with a positive time (of {len(df)} data rows)")
+    unused = [op for op in have_ops if op in ATTN_UNUSED]
+    if unused:
+        notes.append(f"{', '.join(unused)}: not used (clustersim's attention has no separate reshape kernel: the "
+                     "reshapes are views or fused)")
+    if without_time:
+        notes.append(f"{without_time} attention cell(s) without a positive median time")
+    return rows, dict(parts), notes
+
+
+def import_vidur_network_csv(csv_path: str | Path, gpu: str, source: str) -> tuple[list[CollectiveRow], list[str]]:
+    """Collective rows of one Vidur all_reduce.csv / send_recv.csv (ms -> s). Returns (rows, notes)."""
+    csv_path = Path(csv_path)
+    df = _read_csv(csv_path, "Vidur network profile", _NET_COLS)
+    default = csv_path.stem.lower()
+    # (collective, workers, per node, size) -> rank -> medians/stats of that rank
+    per: dict[tuple[str, int, int, int], dict[int, list]] = defaultdict(lambda: defaultdict(list))
+    notes, unknown, without_time = [], set(), 0
+    for i, rec in zip(df.index, df.to_dict("records")):
+        where = f"{csv_path}:{int(i) + 2}"
+        vname = str(rec.get("collective") or default).strip().lower()
+        if vname not in VIDUR_COLLECTIVES:
+            unknown.add(vname)
+            continue
+        if f"time_stats.{vname}.median" not in rec:
+            raise ComputeDBError(f"{where}: no column time_stats.{vname}.median for collective {vname}")
+        nw, size = _int_field(rec, "num_workers", where), _int_field(rec, "size", where)
+        dpn = _int_field(rec, "devices_per_node", where)
+        if nw < 2:
+            raise ComputeDBError(f"{where}: num_workers must be >= 2 for a collective, got {nw}")
+        if dpn > nw or nw % dpn:
+            raise ComputeDBError(f"{where}: devices_per_node {dpn} must divide num_workers {nw}")
+        stats = _stats_ms(rec, vname)
+        if stats is None:
+            without_time += 1
+            continue
+        rank = _int_field(rec, "rank", where, 0) if "rank" in rec else 0
+        per[(VIDUR_COLLECTIVES[vname], nw, dpn, size)][rank].append(stats)
+    rows = []
+    for (coll, nw, dpn, size), ranks in sorted(per.items()):
+        merged = [np.median(np.asarray(v), axis=0) for v in ranks.values()]   # one rank: median of repeats
+        slow = max(merged, key=lambda m: m[1])                                 # the slowest rank
+        rows.append(CollectiveRow(gpu, coll, nw, dpn, size, float(slow[0]), float(slow[1]), float(slow[2]),
+                                  float(slow[3]), 0, "imported", source))
+    if unknown:
+        notes.append(f"collective(s) {', '.join(sorted(unknown))}: not used (known: {', '.join(VIDUR_COLLECTIVES)})")
+    if without_time:
+        notes.append(f"{without_time} row(s) without a positive median time")
+    if not rows:
+        raise ComputeDBError(f"{csv_path}: no collective row with a positive time (of {len(df)} data rows"
+                             + (f"; {notes[0]}" if notes else "") + ")")
+    return rows, notes
+
+
+@dataclass
+class VidurImport:
+    """What `import_vidur_profiles` found: kernel rows, collective rows, per-file-kind counts, skipped files."""
+    rows: list[KernelRow] = field(default_factory=list)
+    collectives: list[CollectiveRow] = field(default_factory=list)
+    files: dict[str, int] = field(default_factory=lambda: defaultdict(int))       # file name -> files
+    counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))      # file name -> rows
+    parts: dict[str, int] = field(default_factory=lambda: defaultdict(int))       # attention part -> rows
+    gpus: dict[str, set] = field(default_factory=lambda: defaultdict(set))        # file name -> GPUs
+    skipped: list[str] = field(default_factory=list)                              # "path: reason"
+
+
+def _gpu_folder(parts: tuple[str, ...]) -> int | None:
+    """Index of the first folder naming a Vidur GPU (a100, h100, or a node type such as h100_dgx)."""
+    for i, part in enumerate(parts):
+        token = part.lower()
+        if token in VIDUR_GPU_NAMES or re.split(r"[_-]", token)[0] in VIDUR_GPU_NAMES:
+            return i
+    return None
+
+
+def import_vidur_profiles(directory: str | Path, token_counts: frozenset[int] | None = None,
+                          attention_backend: str | None = None) -> VidurImport:
+    """Every Vidur profile under `directory` (any depth): `<gpu>/<org>/<model>/{mlp,attention}.csv` and
+    `<gpu>_<node type>/{all_reduce,send_recv}.csv` (Vidur's data/profiling/{compute,network} layout works as it
+    is). Every other file, and files under no GPU folder, are listed in `skipped` with the reason. A profile
+    file without the expected columns or without data rows is an error; so is a folder giving no row."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ComputeDBError(f"{directory}: Vidur profiling directory not found")
+    out = VidurImport()
+    for f in sorted(p for p in directory.rglob("*") if p.is_file()):
+        rel = f.relative_to(directory)
+        name = f.name.lower()
+        if name not in VIDUR_FILES:
+            out.skipped.append(f"{rel}: not a Vidur profile (expected {', '.join(VIDUR_FILES)})")
+            continue
+        i = _gpu_folder(rel.parts[:-1])
+        if i is None:
+            out.skipped.append(f"{rel}: no GPU folder in its path (a folder named {' or '.join(VIDUR_GPU_NAMES)}, "
+                               "or a node type such as h100_dgx, says which GPU measured it)")
+            continue
+        gpu = VIDUR_GPU_NAMES.get(rel.parts[i].lower()) or VIDUR_GPU_NAMES[re.split(r"[_-]", rel.parts[i].lower())[0]]
+        model = "/".join(rel.parts[i + 1:-1]) or rel.parts[i]
+        if name == "mlp.csv":
+            rows = import_vidur_csv(f, gpu, f"vidur:{model}", token_counts)
+            if not rows:
+                raise ComputeDBError(f"{f}: no kernel row with a positive time"
+                                     + (" at the kept token counts" if token_counts is not None else ""))
+            out.rows += rows
+        elif name == "attention.csv":
+            rows, parts, notes = import_vidur_attention_csv(f, gpu, f"vidur:{model}", attention_backend)
+            out.rows += rows
+            for k, v in parts.items():
+                out.parts[k] += v
+            out.skipped += [f"{rel}: {n}" for n in notes]
+        else:
+            node = rel.parts[-2] if len(rel.parts) > 1 else rel.parts[i]
+            rows, notes = import_vidur_network_csv(f, gpu, f"vidur-net:{node}")
+            out.collectives += rows
+            out.skipped += [f"{rel}: {n}" for n in notes]
+        out.files[name] += 1
+        out.counts[name] += len(rows)
+        out.gpus[name].add(gpu)
+    if not out.rows and not out.collectives:
+        why = "; ".join(out.skipped[:3]) + (" ..." if len(out.skipped) > 3 else "")
+        raise ComputeDBError(f"{directory}: no Vidur profile rows imported ({why or 'the folder is empty'})")
+    return out
 
 
 def model_of_source(source: str) -> str:

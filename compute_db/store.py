@@ -12,6 +12,9 @@ points win, old points at other values stay; the merged series carries the new s
 plain rows of the same (gpu, source) at the series' points are deleted (the new data must answer them).
 Table `figures` (schema 2): measured per-family efficiency figures that are not kernel rows (e.g. SimuMax's
 HBM efficiency of memory-bound kernels on a GPU): (gpu, family, variant, name, value, source, note).
+Table `collectives` (added to schema 2 files when written; absent = none): measured collective times over
+message size, one row per (gpu, collective, num_workers, devices_per_node, size_bytes, source) — e.g. Vidur's
+network profiles (all_reduce.csv / send_recv.csv); collective names are netsim's (all_reduce, send, ...).
 Table `meta`: `format` = clustersim-compute-db and `schema_version`, so a foreign or corrupt SQLite file
 is refused with a clear error; schema 1 files (kernels only) are read as they are and upgraded in place
 (tables added) when written. Readers open the file read-only (URI mode=ro) and load a GPU's data once,
@@ -102,6 +105,23 @@ CREATE TABLE IF NOT EXISTS figures (
     note TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (gpu, family, variant, name, source)
 );
+CREATE TABLE IF NOT EXISTS collectives (
+    gpu TEXT NOT NULL,
+    collective TEXT NOT NULL,
+    num_workers INTEGER NOT NULL,
+    devices_per_node INTEGER NOT NULL,
+    size_bytes INTEGER NOT NULL,
+    mean_s REAL NOT NULL,
+    median_s REAL NOT NULL,
+    min_s REAL NOT NULL,
+    std_s REAL NOT NULL,
+    samples INTEGER NOT NULL,
+    provenance TEXT NOT NULL,
+    source TEXT NOT NULL,
+    device TEXT NOT NULL DEFAULT '',
+    date TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (gpu, collective, num_workers, devices_per_node, size_bytes, source)
+);
 """
 FIGURE_NAMES = ("hbm_efficiency",)   # dimensionless, of the GPU table's HBM bandwidth
 
@@ -186,6 +206,30 @@ class Figure:
     value: float
     source: str
     note: str = ""
+
+
+@dataclass(frozen=True)
+class CollectiveRow:
+    """Measured time of one collective at one message size on a group of `num_workers` GPUs spread
+    `devices_per_node` per server (num_workers == devices_per_node: inside one server)."""
+    gpu: str
+    collective: str              # netsim name: all_reduce, send, all_gather, reduce_scatter, all_to_all
+    num_workers: int
+    devices_per_node: int
+    size_bytes: int              # message size as netsim's CollectiveRequest counts it (bytes per rank)
+    mean_s: float
+    median_s: float
+    min_s: float
+    std_s: float
+    samples: int                 # 0 when the source does not say
+    provenance: str              # "measured" | "imported"
+    source: str
+    device: str = ""
+    date: str = ""
+
+    @property
+    def time_s(self) -> float:
+        return self.median_s
 
 
 def pack_series(rows: Iterable[KernelRow], min_points: int = MIN_SERIES_POINTS
@@ -351,6 +395,23 @@ def _check_figure(f: Figure, where: str) -> None:
         raise ComputeDBError(f"{where}: gpu, family and source must be non-empty")
 
 
+def _check_collective(c: CollectiveRow, where: str) -> None:
+    for name in ("num_workers", "devices_per_node", "size_bytes"):
+        v = getattr(c, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ComputeDBError(f"{where}: {name} must be a positive integer, got {v!r}")
+    if c.devices_per_node > c.num_workers or c.num_workers % c.devices_per_node:
+        raise ComputeDBError(f"{where}: devices_per_node {c.devices_per_node} must divide num_workers {c.num_workers}")
+    for name in ("mean_s", "median_s", "min_s", "std_s"):
+        v = getattr(c, name)
+        if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (name != "std_s" and v <= 0):
+            raise ComputeDBError(f"{where}: {name} must be a finite positive number of seconds, got {v!r}")
+    if c.provenance not in PROVENANCES:
+        raise ComputeDBError(f"{where}: provenance must be one of {', '.join(PROVENANCES)}, got {c.provenance!r}")
+    if not c.gpu or not c.source or not c.collective:
+        raise ComputeDBError(f"{where}: gpu, collective and source must be non-empty")
+
+
 def _series_record(s: KernelSeries) -> tuple:
     return (s.gpu, s.key_text(), s.key.kind, s.key.variant, s.key.dtype, s.field, int(s.values.size),
             _blob(s.values, "<i8"), _blob(s.median_s, "<f8"), _blob(s.mean_s, "<f4"), _blob(s.min_s, "<f4"),
@@ -377,7 +438,7 @@ def _merge_stored(conn: sqlite3.Connection, path: Path, s: KernelSeries) -> Kern
 
 
 def _write(path: Path, rows: Iterable[KernelRow] = (), series: Iterable[KernelSeries] = (),
-           figures: Iterable[Figure] = ()) -> int:
+           figures: Iterable[Figure] = (), collectives: Iterable[CollectiveRow] = ()) -> int:
     items = []
     for i, row in enumerate(rows):
         _check_row(row, f"row {i + 1}")
@@ -392,10 +453,16 @@ def _write(path: Path, rows: Iterable[KernelRow] = (), series: Iterable[KernelSe
     for i, f in enumerate(figures):
         _check_figure(f, f"figure {i + 1}")
         fitems.append((f.gpu, f.family, f.variant, f.name, float(f.value), f.source, f.note))
+    citems = []
+    for i, c in enumerate(collectives):
+        _check_collective(c, f"collective row {i + 1}")
+        citems.append((c.gpu, c.collective, c.num_workers, c.devices_per_node, c.size_bytes, float(c.mean_s),
+                       float(c.median_s), float(c.min_s), float(c.std_s), int(c.samples), c.provenance, c.source,
+                       c.device, c.date))
     try:
         conn = sqlite3.connect(str(path), timeout=30)
-        if not {"series", "figures"} <= _tables(conn):
-            conn.executescript(_SCHEMA)     # a schema 1 file gains the schema 2 tables (IF NOT EXISTS)
+        if not {"series", "figures", "collectives"} <= _tables(conn):
+            conn.executescript(_SCHEMA)     # an older file gains the newer tables (IF NOT EXISTS)
         with conn:
             conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             sitems = []
@@ -408,10 +475,11 @@ def _write(path: Path, rows: Iterable[KernelRow] = (), series: Iterable[KernelSe
             conn.executemany("INSERT OR REPLACE INTO series VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                              sitems)
             conn.executemany("INSERT OR REPLACE INTO figures VALUES (?,?,?,?,?,?,?)", fitems)
+            conn.executemany("INSERT OR REPLACE INTO collectives VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", citems)
         conn.close()
     except sqlite3.Error as exc:
         raise ComputeDBError(f"{path}: cannot write compute DB ({exc})") from None
-    return len(items) + n_points + len(fitems)
+    return len(items) + n_points + len(fitems) + len(citems)
 
 
 def write_rows(path: str | Path, rows: Iterable[KernelRow], create_missing: bool = True) -> int:
@@ -424,17 +492,20 @@ def write_rows(path: str | Path, rows: Iterable[KernelRow], create_missing: bool
 
 
 def write_data(path: str | Path, rows: Iterable[KernelRow] = (), series: Iterable[KernelSeries] = (),
-               figures: Iterable[Figure] = (), create_missing: bool = True) -> int:
-    """Insert or replace rows, series and figures (one transaction). Returns rows + series points + figures."""
+               figures: Iterable[Figure] = (), create_missing: bool = True,
+               collectives: Iterable[CollectiveRow] = ()) -> int:
+    """Insert or replace rows, series, figures and collective rows (one transaction). Returns rows + series
+    points + figures + collective rows."""
     path = Path(path)
     if create_missing and not path.exists():
         create(path)
     connect_ro(path).close()
-    return _write(path, rows, series, figures)
+    return _write(path, rows, series, figures, collectives)
 
 
 def write_fresh(path: str | Path, rows: Iterable[KernelRow], figures: Iterable[Figure] = (),
-                pack: bool = False, series: Iterable[KernelSeries] = ()) -> int:
+                pack: bool = False, series: Iterable[KernelSeries] = (),
+                collectives: Iterable[CollectiveRow] = ()) -> int:
     """Write a new DB holding exactly `rows`, `series` (and `figures`), replacing `path` atomically (temp file +
     rename). Returns rows + series points + figures.
 
@@ -448,7 +519,7 @@ def write_fresh(path: str | Path, rows: Iterable[KernelRow], figures: Iterable[F
     os.unlink(tmp)
     try:
         create(tmp)
-        n = write_data(tmp, plain, series, figures, create_missing=False)
+        n = write_data(tmp, plain, series, figures, create_missing=False, collectives=collectives)
         conn = sqlite3.connect(tmp)
         conn.execute("VACUUM")
         conn.close()
@@ -531,13 +602,38 @@ def read_figures(path: str | Path, gpu: str | None = None) -> list[Figure]:
     return read_data(path, gpu)[2]
 
 
+def read_collectives(path: str | Path, gpu: str | None = None) -> list[CollectiveRow]:
+    """Collective rows of one GPU (or all), ordered by gpu, collective, setting, size, source (none in a file
+    without the table)."""
+    conn = connect_ro(path)
+    try:
+        if "collectives" not in _tables(conn):
+            return []
+        where, args = ("", ()) if gpu is None else (" WHERE gpu = ?", (gpu,))
+        out = []
+        for rec in conn.execute(
+                "SELECT gpu, collective, num_workers, devices_per_node, size_bytes, mean_s, median_s, min_s, std_s, "
+                "samples, provenance, source, device, date FROM collectives" + where
+                + " ORDER BY gpu, collective, num_workers, devices_per_node, size_bytes, source", args):
+            (g, coll, nw, dpn, size, mean, med, mn, std, samples, prov, source, device, date) = rec
+            c = CollectiveRow(g, coll, int(nw), int(dpn), int(size), float(mean), float(med), float(mn), float(std),
+                              int(samples), prov, source, device or "", date or "")
+            _check_collective(c, f"{path}: collective {coll} ({source})")
+            out.append(c)
+        return out
+    except sqlite3.DatabaseError as exc:
+        raise ComputeDBError(f"{path}: corrupt compute DB ({exc})") from None
+    finally:
+        conn.close()
+
+
 def gpus_in(path: str | Path) -> list[str]:
     """GPUs with rows, series or figures in the file."""
     conn = connect_ro(path)
     try:
         tables = _tables(conn)
         names = {r[0] for r in conn.execute("SELECT DISTINCT gpu FROM kernels")}
-        for t in ("series", "figures"):
+        for t in ("series", "figures", "collectives"):
             if t in tables:
                 names.update(r[0] for r in conn.execute(f"SELECT DISTINCT gpu FROM {t}"))
         return sorted(names)
@@ -548,7 +644,8 @@ def gpus_in(path: str | Path) -> list[str]:
 
 
 def summary(path: str | Path) -> list[tuple[str, str, str, int]]:
-    """(gpu, kind, provenance, rows) counts; series count their points; figures appear as kind 'figure:<name>'."""
+    """(gpu, kind, provenance, rows) counts; series count their points; figures appear as kind 'figure:<name>',
+    collective rows as 'collective:<name>'."""
     conn = connect_ro(path)
     try:
         tables = _tables(conn)
@@ -563,6 +660,10 @@ def summary(path: str | Path) -> list[tuple[str, str, str, int]]:
         if "figures" in tables:
             for g, name, n in conn.execute("SELECT gpu, name, COUNT(*) FROM figures GROUP BY gpu, name"):
                 counts[(g, f"figure:{name}", "imported")] += n
+        if "collectives" in tables:
+            for g, name, p, n in conn.execute("SELECT gpu, collective, provenance, COUNT(*) FROM collectives "
+                                              "GROUP BY gpu, collective, provenance"):
+                counts[(g, f"collective:{name}", p)] += n
         return [(g, k, p, n) for (g, k, p), n in sorted(counts.items())]
     except sqlite3.DatabaseError as exc:
         raise ComputeDBError(f"{path}: corrupt compute DB ({exc})") from None

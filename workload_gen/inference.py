@@ -18,12 +18,20 @@ First stage: embedding (+ TP all-reduce). Last stage: final norm over T rows, th
 that produce a token, the TP all-gather of their logits and sampling (fp32 softmax + top-1 selection
 over the gathered vocabulary, greedy decoding).
 
-MoE: routing is balanced (every expert gets T·top_k / experts tokens). Default: experts TP-sharded
-(each rank runs every expert at ffn/tp width on all T tokens, which stay replicated over TP) and one
-TP all-reduce closes the block (shared experts' partial sums included, as vLLM fuses them). ep == tp:
-each rank routes T/tp of the tokens, all-to-all dispatch to the rank owning the expert and combine
-back (layers.py's EP kernels with sequence-split tokens), then a TP all-gather restores the replicated
-rows; shared experts stay TP-sharded on all T tokens.
+MoE: the router, top-k, permutes, shared experts and EP collectives are layers.py's `moe_units`; the
+routed experts' grouped GEMMs and activation run at the hottest EP rank's load from
+workload_gen.expert_load (balanced by default; `expert_skew` = Zipf exponent of expert popularity): G
+active experts (those receiving a token; an idle expert's weights are not read) of ⌈R / G⌉ rows, R = the
+token copies the rank receives. Their dims (hence their time) are the hottest rank's; their flops and
+bytes the mean rank's (model FLOPs, for MFU). Default: experts TP-sharded (each rank runs every expert at
+ffn/tp width on all T tokens, which stay replicated over TP) and one TP all-reduce closes the block
+(shared experts' partial sums included, as vLLM fuses them). ep == tp (the TP group may span servers):
+each rank routes ⌈T/tp⌉ of the tokens, all-to-all dispatch to the rank owning the expert and combine
+back, then a TP all-gather restores the replicated rows; shared experts stay TP-sharded on all T tokens.
+All-to-all size (netsim's nccl-tests buffer S: each rank sends S/ep to every rank, its own share stays
+local) = R x hidden x activation bytes with R the hottest rank's copies: each top-k copy travels (no
+per-rank deduplication); the hottest rank's ingress, the link that finishes last, carries its
+R·(ep−1)/ep remote copies exactly as in the real, non-uniform exchange.
 
 The pieces are keyed for memoisation: `token_ops` by T alone (one layer of each kind: dense / MoE),
 `prefill_attention_ops` by (chunk, offset), `decode_attention_op` by (#decodes, kv tokens), `head_ops`
@@ -38,6 +46,7 @@ from dataclasses import dataclass, replace
 
 from workload_gen import layers
 from workload_gen.errors import WorkloadError
+from workload_gen.expert_load import ExpertLoad, expert_load
 from workload_gen.layout import stage_layers
 from workload_gen.model import ModelSpec
 from workload_gen.plan import ParallelPlan
@@ -64,6 +73,7 @@ class InferenceSpec:
     kv_dtype: str
     act: str                              # activation dtype: fp16 with fp16 weights, else bf16
     stage_layer_ids: tuple[tuple[int, ...], ...]
+    expert_load: ExpertLoad | None = None  # MoE: routing over experts and EP ranks (None: dense model)
 
     @property
     def kv_heads_per_rank(self) -> int:
@@ -83,10 +93,7 @@ class InferenceSpec:
 
     def kv_bytes_per_token_layer(self) -> int:
         """KV-cache bytes one token occupies in one layer on one rank (MLA: the latent, replicated)."""
-        m = self.model
-        if m.is_mla:
-            return self.kv_element_bytes * ((m.kv_lora_rank or 0) + (m.qk_rope_head_dim or 0))
-        return self.kv_element_bytes * self.kv_heads_per_rank * (m.qk_head_dim + m.v_head_size)
+        return kv_bytes_per_token_layer(self.model, self.tp, self.kv_dtype)
 
     def stage_layer_kinds(self, stage: int) -> tuple[int, int]:
         """(dense layers, MoE layers) on `stage`."""
@@ -95,9 +102,23 @@ class InferenceSpec:
         return len(ids) - moe, moe
 
 
+def kv_bytes_per_token_layer(model: ModelSpec, tp: int, kv_dtype: str) -> int:
+    """KV-cache bytes of one token in one layer on one GPU of a tp-way stage.
+
+    MHA/GQA: K and V of this rank's ceil(kv_heads / tp) heads. MLA (DeepSeek-V2/V3): the compressed
+    latent (kv_lora_rank) and the shared rope key (qk_rope_head_dim) — one vector per token, not split by
+    heads, so every TP rank holds all of it (replicated over TP)."""
+    e = layers.DTYPE_BYTES[kv_dtype]
+    if model.is_mla:
+        return e * ((model.kv_lora_rank or 0) + (model.qk_rope_head_dim or 0))
+    return e * math.ceil(model.kv_heads / tp) * (model.qk_head_dim + model.v_head_size)
+
+
 def inference_spec(model: ModelSpec, tp: int = 1, pp: int = 1, ep: int = 1, weight_dtype: str = "bf16",
-                   kv_dtype: str | None = None) -> InferenceSpec:
-    """Validate a serving sharding of `model` and build its InferenceSpec (WorkloadError on bad input)."""
+                   kv_dtype: str | None = None, expert_skew: float = 0.0) -> InferenceSpec:
+    """Validate a serving sharding of `model` and build its InferenceSpec (WorkloadError on bad input).
+
+    expert_skew: Zipf exponent of expert popularity (workload_gen.expert_load; 0 = balanced routing)."""
     for name, v in (("tp", tp), ("pp", pp), ("ep", ep)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise WorkloadError(f"serving plan.{name}: must be a positive integer (got {v!r})")
@@ -127,6 +148,9 @@ def inference_spec(model: ModelSpec, tp: int = 1, pp: int = 1, ep: int = 1, weig
                             f"when experts are TP-sharded (got tp={tp})")
     if model.ffn_hidden_size % tp:
         raise WorkloadError(f"serving plan.tp: must divide the FFN width {model.ffn_hidden_size} (got tp={tp})")
+    if expert_skew and not model.is_moe:
+        raise WorkloadError(f"serving plan.expert_skew: needs a MoE model ({model.name} is dense)")
+    load = expert_load(model.num_experts, model.moe_top_k, ep, expert_skew) if model.is_moe else None
     layout_plan = ParallelPlan(world_size=tp * pp, tp=tp, pp=pp)
     ids = tuple(stage_layers(model, layout_plan, s) for s in range(pp))   # PlanError if pp does not fit
     km = model
@@ -138,7 +162,7 @@ def inference_spec(model: ModelSpec, tp: int = 1, pp: int = 1, ep: int = 1, weig
                      shared_expert_ffn_hidden_size=(model.shared_expert_ffn_hidden_size
                                                     or model.expert_ffn_hidden_size))
     return InferenceSpec(model=model, kernel_model=km, tp=tp, pp=pp, ep=ep, weight_dtype=weight_dtype,
-                         kv_dtype=kv_dtype, act=act, stage_layer_ids=ids)
+                         kv_dtype=kv_dtype, act=act, stage_layer_ids=ids, expert_load=load)
 
 
 def _ctx(spec: InferenceSpec, tokens: int) -> layers.Ctx:
@@ -157,15 +181,60 @@ def _fwd(units: list[layers.Unit]) -> list[Op]:
 
 # ---------------------------------------------------------------- token-level part (keyed by T)
 
+_ROUTED = ("moe_fc1", "moe_act", "moe_fc2")
+_EP_A2A = ("moe_dispatch", "moe_combine")
+
+
+def routed_expert_ops(spec: InferenceSpec, c: layers.Ctx, layer: int) -> list[ComputeOp]:
+    """Grouped expert GEMMs (fc1, activation, fc2) of the hottest EP rank for the batch's c.tokens tokens.
+
+    Dims: G active experts x ⌈R / G⌉ rows (expert_load.hot), so the kernel time is the hottest rank's.
+    flops / bytes: the mean rank's (C = T·top_k/ep copies over A active experts): 2·C·n·k and
+    e·(C·(k + n) + A·k·n) per GEMM as layers.linear counts them, activation as layers.py's `_act_unit`."""
+    m, load = spec.kernel_model, spec.expert_load
+    T, h = c.tokens, c.h
+    g = 2 if m.gated_mlp else 1
+    fe = m.expert_ffn_hidden_size                # per-rank width when TP-sharded (kernel_model)
+    hot, mean = load.hot(T), load.mean(T)
+    rows, G = hot.rows_per_expert, hot.active_experts
+    C, A = mean.copies, mean.active_experts
+    es = layers.DTYPE_BYTES[c.gemm]
+
+    def gemm(name: str, n: int, k: int) -> ComputeOp:
+        return layers.compute(name, "grouped_gemm", {"groups": G, "m": rows, "n": n, "k": k}, c.gemm,
+                              2.0 * C * n * k, es * (C * (k + n) + A * k * n), "fwd", layer)
+
+    kind = "swiglu" if m.gated_mlp else "gelu"
+    act = layers.compute("moe_act", kind, {"tokens": hot.copies, "width": fe}, c.act, 8.0 * C * fe,
+                         c.ab * C * (g * fe + fe), "fwd", layer)
+    return [gemm("moe_fc1", g * fe, h), act, gemm("moe_fc2", h, fe)]
+
+
+def _with_expert_load(spec: InferenceSpec, c: layers.Ctx, layer: int, ops: list[Op]) -> list[Op]:
+    """layers.py's MoE ops with the routed experts and the EP all-to-alls at the hottest rank's load."""
+    routed = routed_expert_ops(spec, c, layer)
+    a2a = spec.act_bytes * spec.expert_load.hot(c.tokens).copies * c.h
+    out: list[Op] = []
+    for op in ops:
+        if op.name in _ROUTED:
+            if op.name == "moe_fc1":
+                out += routed
+        elif op.name in _EP_A2A:
+            out.append(replace(op, size_bytes=int(a2a)))
+        else:
+            out.append(op)
+    return out
+
+
 def _moe_ops(spec: InferenceSpec, c: layers.Ctx, layer: int) -> list[Op]:
     """MoE block after the pre-MLP norm (see the module docstring for the two modes)."""
     T, t = c.tokens, c.t
     if spec.ep > 1:
         cm = replace(c, tokens_sp=max(1, -(-T // t)))        # each rank routes its share of the tokens
-        ops = _fwd(layers.moe_units(cm, layer))
+        ops = _with_expert_load(spec, c, layer, _fwd(layers.moe_units(cm, layer)))
         ops.append(layers.comm("moe_ep_ag", "all_gather", "tp", c.ab * T * c.h, layer, "fwd"))
         return ops
-    ops = _fwd(layers.moe_units(c, layer))
+    ops = _with_expert_load(spec, c, layer, _fwd(layers.moe_units(c, layer)))
     if t > 1 and not spec.kernel_model.num_shared_experts:
         # routed experts' partial sums over the TP-sharded width; with shared experts the one all-reduce
         # of their row-parallel exit (already in the ops) carries both

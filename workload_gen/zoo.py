@@ -77,6 +77,10 @@ _MODELS: tuple[ModelSpec, ...] = (
     _deepseek("deepseek-v3", 61, 7168, 128, 18432, 2048, 256, 8, 1, 3, 1536, 129280),
     _llama("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936, 4096, head_dim=128, qk_layernorm=True,
            num_experts=128, moe_top_k=8, moe_ffn_hidden_size=1536),
+    # Qwen/Qwen3-30B-A3B config.json: 48 layers, hidden 2048, 32 heads / 4 KV (head dim 128), 128 experts
+    # top-8 of width 768, intermediate_size 6144 (no dense layer uses it), vocab 151936, untied
+    _llama("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936, 4096, head_dim=128, qk_layernorm=True,
+           num_experts=128, moe_top_k=8, moe_ffn_hidden_size=768),
     # ---- AICB -m sizes ----
     _aicb("7", 36, 4096, 32),
     _aicb("13", 40, 5120, 40),
@@ -106,6 +110,7 @@ ALIASES: dict[str, str] = {
     "mixtral-8x7b-v0.1": "mixtral-8x7b", "mixtral": "mixtral-8x7b", "mixtral-8x22b-v0.1": "mixtral-8x22b",
     "deepseek-v2-lite-chat": "deepseek-v2-lite", "deepseek-v3-671b": "deepseek-v3",
     "deepseek-v2-236b": "deepseek-v2", "qwen3-235b": "qwen3-235b-a22b", "qwen3-moe-235b": "qwen3-235b-a22b",
+    "qwen3-30b": "qwen3-30b-a3b", "qwen/qwen3-30b-a3b": "qwen3-30b-a3b",
     "aicb-mixtral": "aicb-moe", "aicb-deepseek": "aicb-deepseek671",
 }
 

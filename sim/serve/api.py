@@ -66,6 +66,14 @@ class ServingRun:
         total = sum(prov.values())
         return {k: v / total for k, v in prov.items() if v > 0} if total > 0 else {}
 
+    def collective_provenance(self) -> dict[str, float]:
+        """Fraction of blocking collective and PP-send seconds per source: the DB's measured curves ("measured"
+        at a measured size, "interpolated" between two) or "netsim"."""
+        from sim.serve.batch_time import collective_provenance_s
+        prov = collective_provenance_s(self.timer)
+        total = sum(prov.values())
+        return {k: v / total for k, v in prov.items() if v > 0} if total > 0 else {}
+
 
 def host_overhead(name: str, per_iteration_s: float = 0.0) -> HostOverhead:
     """The CPU-side model by name: none | launch-gaps (C++ runtime or CUDA graphs) | eager (Python, no graphs)."""
@@ -104,6 +112,21 @@ def _check_synthetic_lengths(cfg, max_model_len: int) -> None:
                        "--max-model-len)")
 
 
+def effective_plan(model, plan: ServingPlan, max_len: int | None = None) -> tuple[ServingPlan, list[str]]:
+    """(the plan as the engine runs it, notes): max_model_len filled in (`max_len`, else the plan's, else
+    the model's context), and vLLM/LightLLM's default token budget raised to it — vLLM without chunked
+    prefill sets max_num_batched_tokens >= max_model_len: a whole prompt must fit one iteration."""
+    max_len = max_len or plan.max_model_len or model.seq_length
+    plan = replace(plan, max_model_len=max_len)
+    notes = []
+    if (plan.scheduler in ("vllm", "lightllm") and plan.max_tokens_per_iteration < max_len
+            and plan.max_tokens_per_iteration == DEFAULT_TOKEN_BUDGET):
+        plan = replace(plan, max_tokens_per_iteration=max_len)
+        notes.append(f"max_tokens_per_iteration raised from {DEFAULT_TOKEN_BUDGET} to max_model_len {max_len} "
+                     f"({plan.scheduler} admits whole prompts)")
+    return plan, notes
+
+
 def simulate_serving(model, plan: ServingPlan, requests, *, topology=None, gpu: str | None = None, db=None,
                      network: str = "analytical", net_calibration=None, host: HostOverhead | str = "launch-gaps",
                      slo: SLO | None = None, seed: int = 0, progress: bool = False, keep_token_times: bool = False,
@@ -132,15 +155,8 @@ def simulate_serving(model, plan: ServingPlan, requests, *, topology=None, gpu: 
                        f"({plan.replicas} replicas x tp {plan.tp} x pp {plan.pp})")
     if isinstance(host, str):
         host = host_overhead(host)
-    max_len = plan.max_model_len or model.seq_length
-    plan = replace(plan, max_model_len=max_len)
-    plan_notes = []
-    if (plan.scheduler in ("vllm", "lightllm") and plan.max_tokens_per_iteration < max_len
-            and plan.max_tokens_per_iteration == DEFAULT_TOKEN_BUDGET):
-        # vLLM without chunked prefill sets max_num_batched_tokens >= max_model_len: a whole prompt must fit
-        plan = replace(plan, max_tokens_per_iteration=max_len)
-        plan_notes.append(f"max_tokens_per_iteration raised from {DEFAULT_TOKEN_BUDGET} to max_model_len {max_len} "
-                          f"({plan.scheduler} admits whole prompts)")
+    plan, plan_notes = effective_plan(model, plan)
+    max_len = plan.max_model_len
     timer = make_timer(model, plan, topology, gpu, db=db, network=network, net_calibration=net_calibration,
                        host=host, mapping=mapping)
     spec = db.gpu(timer.gpu)
@@ -157,8 +173,11 @@ def simulate_serving(model, plan: ServingPlan, requests, *, topology=None, gpu: 
     summary["request_notes"] = notes
     summary["kernel_time_sources"] = {"fractions": run.kernel_provenance(),
                                       "formula": "simulated kernel seconds by compute_db source / all kernel seconds"}
+    summary["collective_time_sources"] = {"fractions": run.collective_provenance(),
+                                          "formula": "idle-network collective + PP send seconds by source (measured "
+                                                     "curves of the DB, else netsim) / all such seconds"}
     summary["cost_model"] = {"gpu": spec.name, "network": network, "host": _host_text(host),
-                             "model": getattr(model, "name", "")}
+                             "model": getattr(model, "name", ""), "moe": timer.moe_report()}
     return run
 
 

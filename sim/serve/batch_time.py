@@ -9,10 +9,14 @@
   test_serve_batch_time checks < 0.5%), the LM head / sampling by the rows that produce a
   token. Prefill attention of several requests is one varlen kernel: its fixed cost (the DB's time of
   a minimal 1 x 1 kernel with these heads) is charged once per batch, each request adds the rest.
+  MoE: the routed-expert GEMMs and the EP all-to-alls are the hottest EP rank's (the step waits for
+  it; workload_gen.expert_load, `ServingPlan.expert_skew`); `moe_report()` gives the imbalance factor.
 - communication: every collective of those kernels (TP all-reduces, logits gather, EP all-to-alls) as
   a real collective on the replica's group through netsim (`estimate`, idle network, memoised by
   size); they block the stage (time_s = compute_s + comm_s). The PP activation send of every TP rank
-  to its peer of the next stage (send_s) delays the batch, not the stage.
+  to its peer of the next stage (send_s) delays the batch, not the stage. A DB with measured
+  collective curves (e.g. Vidur's all_reduce.csv / send_recv.csv) answers the collectives whose group has
+  a curve's setting instead (`measured_collective_s`; sources in `collective_provenance_s`).
 - contention (fair share at iteration granularity): units (replica, stage) whose communication crosses
   a common channel (sim.serve.replica.link_sharing) slow each other. A unit that shares nothing is
   exact and independent of every other replica (symmetry). Otherwise the timer remembers when each
@@ -212,8 +216,10 @@ class ServingTimer:
         key = (op, gpus, size)
         t = self._coll.get(key)
         if t is None:
-            from netsim.api import CollectiveRequest
-            t = self.net.estimate(CollectiveRequest(op, gpus, size)) if size > 0 and len(gpus) > 1 else 0.0
+            t = measured_collective_s(self, op, gpus, size)
+            if t is None:
+                from netsim.api import CollectiveRequest
+                t = self.net.estimate(CollectiveRequest(op, gpus, size)) if size > 0 and len(gpus) > 1 else 0.0
             self._coll[key] = t
         return t
 
@@ -362,6 +368,17 @@ class ServingTimer:
                          hbm_bytes=nbytes)
 
     # ------------------------------------------------------------------ reports
+    def moe_report(self) -> dict | None:
+        """The expert-load model of a MoE deployment and its derived imbalance factor (None: dense)."""
+        load = self.spec.expert_load
+        if load is None:
+            return None
+        return {"experts": load.experts, "top_k": load.top_k, "ep": load.ep, "expert_skew": load.skew,
+                "placement": "popularity rank i on EP rank i mod ep",
+                "imbalance_factor": load.imbalance, "hottest_rank_share": load.hot_share,
+                "formula": "imbalance = hottest EP rank's token copies / mean = ep x sum over its experts of q_i "
+                           "/ top_k; q_i = min(1, c p_i), p_i ~ (i+1)^-expert_skew, sum q_i = top_k"}
+
     def provenance_s(self) -> dict[str, float]:
         """Kernel seconds by compute_db source over every stage_cost answered so far (all units)."""
         out = dict.fromkeys(SOURCES, 0.0)
@@ -370,6 +387,49 @@ class ServingTimer:
                 for src, t in zip(SOURCES, piece[4]):
                     out[src] += n * t
         return out
+
+
+# ---------------------------------------------------------------- measured collectives (compute_db curves)
+
+def measured_collective_s(timer: ServingTimer, op: str, gpus: tuple[int, ...], size: float) -> float | None:
+    """Idle time of a collective from the DB's measured curves (compute_db.collectives) when one fits the group
+    (same GPU count and GPUs per server, size inside the measured range), else None (netsim answers)."""
+    net = getattr(timer, "measured_net", None)
+    if net is None or size <= 0 or len(gpus) < 2:
+        return None
+    got = net.time(op, gpus, size)
+    return None if got is None else got.time_s
+
+
+def collective_provenance_s(timer: ServingTimer) -> dict[str, float]:
+    """Blocking collective and PP-send seconds by source ("measured" / "interpolated" curve points of the DB,
+    "netsim") over every stage_cost answered so far, weighted by use. Each unit is counted with replica 0's
+    groups (replicas are placed alike) at idle-network times (contention slow-downs not included)."""
+    from compute_db.collectives import COLLECTIVE_SOURCES
+    out = dict.fromkeys(COLLECTIVE_SOURCES, 0.0)
+    net = getattr(timer, "measured_net", None)
+    rep = timer.placement.replicas[0]
+
+    def add(op: str, gpus: tuple[int, ...], size: float, weight: float) -> None:
+        t = timer._collective_s(op, gpus, size)
+        if t > 0.0 and weight > 0:
+            got = net.time(op, gpus, size) if net is not None else None
+            out[got.source if got is not None else "netsim"] += weight * t
+
+    for stage in range(timer.num_stages):
+        group = rep.tp_group(stage)
+        pairs = rep.pp_pairs(stage)
+        for T, (_piece, comm, uses) in timer._token[stage].items():
+            for op, _grp, size, n in comm:
+                add(op, group, size, uses * n)
+            if pairs and uses:     # the slowest pair's send counts (as _send_s)
+                size = inf.pp_send_bytes(timer.spec, T)
+                add("send", max(pairs, key=lambda pr: timer._collective_s("send", pr, size)), size, uses)
+        if stage == timer._last:
+            for _rows, (_piece, comm, uses) in timer._head.items():
+                for op, _grp, size, n in comm:
+                    add(op, group, size, uses * n)
+    return out
 
 
 def make_timer(model: ModelSpec, plan: ServingPlan, topology, gpu: str | None = None, db=None,
@@ -394,10 +454,13 @@ def make_timer(model: ModelSpec, plan: ServingPlan, topology, gpu: str | None = 
     db = db if db is not None else open_db()
     db.gpu(gpu)                                            # unknown GPU: one-line ComputeDBError now
     spec = inf.inference_spec(model, tp=plan.tp, pp=plan.pp, ep=plan.ep, weight_dtype=plan.weight_dtype,
-                              kv_dtype=plan.kv_cache_dtype)
+                              kv_dtype=plan.kv_cache_dtype, expert_skew=plan.expert_skew)
     placement = place_replicas(plan, topology, mapping)
     net = make_backend(network, topology, net_calibration=net_calibration)
     planner = getattr(net, "planner", None)
     if not isinstance(planner, Planner):
         planner = Planner(topology)
-    return ServingTimer(spec, plan, placement, gpu, db, net, planner, host)
+    timer = ServingTimer(spec, plan, placement, gpu, db, net, planner, host)
+    from compute_db.collectives import measured_network
+    timer.measured_net = measured_network(db, gpu, topology)     # None: every collective from netsim
+    return timer

@@ -27,7 +27,9 @@ EXAMPLE_TEXT = ("built-in example — Llama-3-8B on 1 x H100 (bf16), Sarathi-Ser
 _PLAN_FLAGS = (  # (dest, flags, type, help) -> ServingPlan fields
     ("tp", ("--tp",), int, "tensor-parallel GPUs per pipeline stage of a replica (default 1)"),
     ("pp", ("--pp",), int, "pipeline stages per replica (default 1)"),
-    ("ep", ("--ep",), int, "expert parallel inside a replica: 1 or tp (MoE models)"),
+    ("ep", ("--ep",), int, "expert parallel inside a replica: 1 or tp (MoE models; the TP group may span servers)"),
+    ("expert_skew", ("--expert-skew",), float,
+     "MoE: Zipf exponent of expert popularity; a step waits for the hottest EP rank (default 0: balanced)"),
     ("replicas", ("--replicas", "-r"), int, "model replicas (default 1)"),
     ("scheduler", ("--scheduler", "-s"), str, f"replica scheduler: {', '.join(SCHEDULERS)} (default sarathi)"),
     ("router", ("--router",), str, f"global scheduler: {', '.join(ROUTERS)} (default round_robin)"),
@@ -109,6 +111,8 @@ def register(subparsers) -> None:
     o.add_argument("--token-times", action="store_true", help="keep every token's time (memory grows with tokens)")
     o.add_argument("--json", action="store_true", help="print the summary as JSON")
     o.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no notes")
+    from sim.serve.disagg_cli import add_disagg_args
+    add_disagg_args(p)
     p.set_defaults(func=cmd_serve)
 
 
@@ -174,8 +178,13 @@ def _example_args(args) -> None:
 
 def cmd_serve(args) -> int:
     from sim.serve.api import host_overhead, simulate_serving
+    from sim.serve.disagg_cli import cmd_disagg, disagg_flags_given
     from sim.serve.metrics import SLO, format_summary
     from sim.serve.outputs import SERVE_FILES, write_results
+    if args.disaggregate:
+        return cmd_disagg(args)
+    if disagg_flags_given(args):
+        raise SimError(f"{disagg_flags_given(args)[0]}: needs --disaggregate")
     if _is_default(args):
         _example_args(args)
         print(f"clustersim serve: {EXAMPLE_TEXT}", file=sys.stderr)
@@ -226,8 +235,13 @@ def cmd_serve(args) -> int:
         return 0
     print(format_summary(s, title))
     print(_memory_line(s["memory"]))
+    if s["cost_model"].get("moe"):
+        print(_moe_line(s["cost_model"]["moe"]))
     prov = s["kernel_time_sources"]["fractions"]
     print(f"{'kernel time provenance':<26s}" + ", ".join(f"{k} {100 * v:.1f}%" for k, v in sorted(prov.items())))
+    cprov = s.get("collective_time_sources", {}).get("fractions")
+    if cprov:
+        print(f"{'collective provenance':<26s}" + ", ".join(f"{k} {100 * v:.1f}%" for k, v in sorted(cprov.items())))
     print(f"simulated in {wall:.2f} s ({s['cluster']['batches']} batches)" + (f"; results in {out}/" if out else ""))
     return 0
 
@@ -239,6 +253,11 @@ def _memory_line(mem: dict) -> str:
             f"{mem['kv_tokens']} tokens ({mem['source']}: {mem['gpu_GiB']:.1f} GiB - weights "
             f"{mem['weights_GiB']:.2f} - activations {mem['activations_GiB']:.2f} - context "
             f"{mem['cuda_context_GiB']:.2f} - NCCL {mem['nccl_GiB']:.2f} - margin {mem['margin_GiB']:.2f} GiB)")
+
+
+def _moe_line(moe: dict) -> str:
+    return (f"{'MoE routing':<26s}{moe['experts']} experts, top-{moe['top_k']}, ep {moe['ep']}, skew "
+            f"{moe['expert_skew']:g} -> hottest rank {moe['imbalance_factor']:.3f} x the mean token copies")
 
 
 def _write_token_times(run, out) -> None:

@@ -2,8 +2,10 @@
 
 Events live in a heap ordered by (time, priority, sequence number), so a run is deterministic:
   priority 0  a stage ends;  priority 1  a batch reaches the next stage (send_s after the previous ends);
-  priority 2  a request arrives (routed at once, queued at its replica);
-  priority 3  a replica forms batches (after every same-time end and arrival, so a request arriving at
+  priority 2  the KV hand-off (disaggregated decode pool) has network events due: requests whose KV
+              landed join their replica;
+  priority 3  a request arrives (routed at once, queued at its replica);
+  priority 4  a replica forms batches (after every same-time end and arrival, so a request arriving at
               the instant a batch ends can join the next batch).
 A replica has pp stages and keeps up to pp batches in flight; each stage runs one batch at a time from a
 FIFO queue. Stage s of a batch starts when the stage is free and costs `timer.stage_cost(...)` (called
@@ -13,6 +15,14 @@ freed, the scheduler notified, and the freed slot triggers the next batch.
 
 Modelled: iteration-level batching, KV-block capacity, preemption, pipeline bubbles, routing. Ignored:
 CPU scheduling overhead, detokenisation, network time between the client and the replica.
+
+Decode pool of a disaggregated deployment (sim.serve.disagg): the input is a PrefilledRequests (requests
+whose prompt another pool prefilled, first token emitted). Each is routed at its ready time; a KVHandoff
+(sim.serve.kv_transfer) moves its KV to the chosen replica on the fabric and reports when it has landed;
+the replica then admits it as soon as blocks for its prompt's KV are free (FIFO; restarted requests of
+the replica go first) and decodes it from token 2 on, with no prefill compute. The hand-off's events
+run on the engine's clock (priority 2), so routing sees the replicas' state at the routing time.
+
 Cost per iteration: O(requests in the batch) attribute updates, a few heap operations and one cost-model
 call per stage; no per-iteration structure grows with history except compact typed-array logs.
 """
@@ -26,18 +36,35 @@ import time
 from array import array
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
 from sim.errors import SimError
 from sim.serve.costs import BatchTimer
-from sim.serve.entities import Batch, BatchLog, ReplicaStats, Request, TokenGaps
+from sim.serve.entities import Batch, BatchLog, ChunkLog, PrefilledRequests, ReplicaStats, Request, TokenGaps
 from sim.serve.kv_cache import BlockManager
 from sim.serve.plan import ServingPlan
 from sim.serve.schedulers import make_router, scheduler_class
 
 DEFAULT_TRACE_CAP = 20_000
-_END, _ARRIVE_STAGE, _ARRIVAL, _SCHEDULE = 0, 1, 2, 3
+_END, _ARRIVE_STAGE, _NET, _ARRIVAL, _SCHEDULE = 0, 1, 2, 3, 4
+
+
+class KVHandoff(Protocol):
+    """Moves the KV cache of requests prefilled elsewhere to their decode replica (a network clock).
+
+    start(r, replica, now_s): r was routed to `replica` at now_s: begin moving its KV (flows may start
+    later than now_s, e.g. layer-wise streaming of prefill chunks still to run);
+    next_event_time(): earliest pending network event (math.inf when idle);
+    advance(until_s): process network events up to until_s; returns the requests whose KV has fully
+    landed by then (each exactly once)."""
+
+    def start(self, request: Request, replica: int, now_s: float) -> None: ...
+
+    def next_event_time(self) -> float: ...
+
+    def advance(self, until_s: float) -> list[Request]: ...
 
 
 @dataclass
@@ -65,6 +92,7 @@ class ServeResult:
     source: str = ""
     wall_s: float = 0.0
     meta: dict = field(default_factory=dict)
+    chunks: ChunkLog | None = None          # prefill chunk stage runs (simulate(record_chunks=True))
 
 
 class _Replica:
@@ -84,6 +112,16 @@ class _Replica:
 def _request_arrays(requests) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, int | None, str]:
     """(arrivals or None, prefill, decode, closed-loop concurrency or None, source description)."""
     source = str(getattr(requests, "source", "") or "")
+    if isinstance(requests, PrefilledRequests):
+        reqs = requests.requests
+        if len(requests.ready_at_s) != len(reqs):
+            raise SimError("prefilled requests: ready_at_s and requests differ in length")
+        bad = next((r for r in reqs if r.num_decode < 2 or r.generated != 1 or r.kv_tokens != r.num_prefill), None)
+        if bad is not None:
+            raise SimError(f"prefilled request {bad.id}: needs >= 2 output tokens, token 1 emitted and its "
+                           "prompt's KV present (Request.prefilled_elsewhere)")
+        return (np.asarray(requests.ready_at_s, dtype=np.float64), np.asarray([r.num_prefill for r in reqs]),
+                np.asarray([r.num_decode for r in reqs]), None, source)
     if hasattr(requests, "concurrency"):
         c = requests.concurrency
         if int(c) != c or c < 1:
@@ -157,18 +195,22 @@ def _validate(plan: ServingPlan, timer, arr, pre, dec, num_blocks: list[int], ma
 
 def simulate(requests, plan: ServingPlan, timer: BatchTimer, num_blocks: int | list[int] | None = None,
              max_model_len: int | None = None, seed: int = 0, progress: bool = False, keep_token_times: bool = False,
-             trace_cap: int = DEFAULT_TRACE_CAP, check_invariants: bool = False) -> ServeResult:
+             trace_cap: int = DEFAULT_TRACE_CAP, check_invariants: bool = False, handoff: KVHandoff | None = None,
+             record_chunks: bool = False) -> ServeResult:
     """Run the serving simulation to completion of every request.
 
     requests: a workload_gen RequestSet (or any object with arrived_at_s / num_prefill_tokens /
               num_decode_tokens arrays, or a list of (arrival_s, prefill, decode) triples) for open-loop
-              arrivals, or a ClosedLoop (concurrency + length arrays) for a closed loop;
+              arrivals, a ClosedLoop (concurrency + length arrays) for a closed loop, or a
+              PrefilledRequests (a disaggregated decode pool: the Request objects are used and updated);
     num_blocks: KV blocks per replica (one int for all, or one per replica; None: plan.num_blocks);
     max_model_len: longest request in tokens (None: plan.max_model_len); block size from the plan;
     seed: seeds the random router; keep_token_times: store every token's time on its request (memory!);
     progress: a tqdm bar when stderr is a terminal; check_invariants: verify the KV accounting of the
     replica (BlockManager.check against its admitted requests) after every batch end and scheduling step
-    (tests; costs O(admitted requests) per iteration).
+    (tests; costs O(admitted requests) per iteration); handoff: moves the KV of PrefilledRequests to their
+    replica (None: it is there at the ready time); record_chunks: log every prefill chunk's stage runs
+    (ServeResult.chunks; a prefill pool's layer-wise KV streaming reads it).
     Raises SimError (one line) for invalid input.
     """
     wall0 = time.perf_counter()
@@ -188,6 +230,10 @@ def simulate(requests, plan: ServingPlan, timer: BatchTimer, num_blocks: int | l
     n_total = len(pre)
     pre_l, dec_l = pre.tolist(), dec.tolist()
     arr_l = arr.tolist() if arr is not None else None
+    pre_reqs = requests.requests if isinstance(requests, PrefilledRequests) else None
+    if handoff is not None and pre_reqs is None:
+        raise SimError("a KV hand-off needs PrefilledRequests (requests prefilled elsewhere)")
+    chunk_log = ChunkLog() if record_chunks else None
 
     gaps = TokenGaps()
     log = BatchLog()
@@ -248,6 +294,9 @@ def simulate(requests, plan: ServingPlan, timer: BatchTimer, num_blocks: int | l
         b.model_time_s += d
         if s == 0:
             b.start_s = t
+        if chunk_log is not None:
+            for r, tokens in zip(b.prefills, b.chunks):
+                chunk_log.add(r.id, rep.idx, s, t, d, tokens)
         trace_total += 1
         if len(trace) < trace_cap:
             trace.append((rep.idx, s, t, d, b.id, [r.id for r in b.prefills], list(b.chunks),
@@ -278,6 +327,16 @@ def simulate(requests, plan: ServingPlan, timer: BatchTimer, num_blocks: int | l
             rep.kv.check(rep.sched.running)
             if any(r.blocks for r in rep.sched.waiting):
                 raise AssertionError(f"replica {rep.idx}: a waiting request holds KV blocks")
+
+    net_due = math.inf
+
+    def net_kick() -> None:
+        nonlocal seq, net_due
+        t = handoff.next_event_time()
+        if t < net_due:
+            net_due = t
+            push(heap, (t, _NET, seq))
+            seq += 1
 
     def want_schedule(rep: _Replica, t: float) -> None:
         nonlocal seq
@@ -336,9 +395,12 @@ def simulate(requests, plan: ServingPlan, timer: BatchTimer, num_blocks: int | l
                 rep.queues[s].append(b)
         elif kind == _ARRIVAL:
             i = ev[3]
-            r = Request(i, now, pre_l[i], dec_l[i])
-            if keep_token_times:
-                r.token_times = array("d")
+            if pre_reqs is None:
+                r = Request(i, now, pre_l[i], dec_l[i])
+                if keep_token_times:
+                    r.token_times = array("d")
+            else:
+                r = pre_reqs[i]
             in_sys_area += in_sys * (now - t_area)
             t_area = now
             in_sys += 1
@@ -346,10 +408,28 @@ def simulate(requests, plan: ServingPlan, timer: BatchTimer, num_blocks: int | l
             r.replica = k
             rep = reps[k]
             rep.stats.num_requests += 1
-            rep.sched.add_request(r, now)
             if concurrency is None and i + 1 < n_total:
                 issue(arr_l[i + 1])
-            want_schedule(rep, now)
+            if pre_reqs is None:
+                rep.sched.add_request(r, now)
+                want_schedule(rep, now)
+            elif handoff is None:
+                r.kv_landed_s = now
+                rep.sched.add_prefilled(r, now)
+                want_schedule(rep, now)
+            else:
+                handoff.start(r, k, now)
+                net_kick()
+        elif kind == _NET:
+            if now != net_due:
+                continue                      # superseded by an earlier network event
+            net_due = math.inf
+            for r in handoff.advance(now):
+                r.kv_landed_s = now
+                rep = reps[r.replica]
+                rep.sched.add_prefilled(r, now)
+                want_schedule(rep, now)
+            net_kick()
         else:
             schedule(ev[3], now)
 
@@ -367,4 +447,4 @@ def simulate(requests, plan: ServingPlan, timer: BatchTimer, num_blocks: int | l
     return ServeResult(plan=plan, requests=done, replicas=[rep.stats for rep in reps], batches=log, gaps=gaps,
                        trace=trace, trace_total=trace_total, trace_cap=trace_cap, duration_s=now,
                        in_system_s=in_sys_area, max_model_len=int(max_model_len), seed=seed, source=source,
-                       wall_s=time.perf_counter() - wall0)
+                       wall_s=time.perf_counter() - wall0, chunks=chunk_log)

@@ -7,6 +7,11 @@ emitted; its KV cache then holds P + D - 1 tokens (the last token is never proce
 g >= 0 emitted tokens recomputes P + g tokens as a new prefill whose last chunk emits token g + 1
 (tokens already emitted are never emitted again).
 
+Disaggregated serving (sim.serve.disagg): a decode pool receives requests whose prompt was prefilled on
+another replica (`Request.prefilled_elsewhere`): P prompt tokens already in the KV cache (the blocks are
+allocated when the decode replica admits it) and output token 1 already emitted at the prefill's end;
+the decode replica runs no prefill compute for it, only decodes (or a local recompute after a preemption).
+
 Hot-path classes use __slots__ and plain attributes: the engine touches every running request once per
 iteration, so attribute access is the cost that matters. Times are seconds from the start (t = 0);
 timestamps not reached yet are -1.0.
@@ -30,11 +35,14 @@ class Request:
     exec_s:         time spent in running batches: sum over its batches of (batch end - batch formation);
     model_exec_s:   sum over its batches of the batch's stage times (compute + exposed comm of every stage);
     max_gap_s:      largest gap between two consecutive output tokens (0 while fewer than 2 tokens).
+    kv_landed_s / decode_admitted_s: a request prefilled elsewhere: when its prompt's KV had fully
+                    arrived at its decode replica, and when that replica admitted it (blocks allocated).
     """
     __slots__ = ("id", "arrived_at_s", "num_prefill", "num_decode", "replica",
                  "prefill_target", "prefilled", "kv_tokens", "generated", "blocks", "kv_cap", "in_flight",
                  "first_scheduled_s", "first_token_s", "last_token_s", "completed_s",
-                 "exec_s", "model_exec_s", "restarts", "max_gap_s", "token_times")
+                 "exec_s", "model_exec_s", "restarts", "max_gap_s", "token_times", "kv_landed_s",
+                 "decode_admitted_s")
 
     def __init__(self, id: int, arrived_at_s: float, num_prefill: int, num_decode: int) -> None:
         self.id = id
@@ -58,6 +66,24 @@ class Request:
         self.restarts = 0
         self.max_gap_s = 0.0
         self.token_times: array | None = None
+        self.kv_landed_s = -1.0
+        self.decode_admitted_s = -1.0
+
+    @classmethod
+    def prefilled_elsewhere(cls, id: int, arrived_at_s: float, num_prefill: int, num_decode: int, *,
+                            first_scheduled_s: float, first_token_s: float, exec_s: float = 0.0,
+                            model_exec_s: float = 0.0, restarts: int = 0) -> Request:
+        """A request whose prompt another replica prefilled: its P tokens are KV (no blocks held yet) and
+        output token 1 was emitted at `first_token_s`; exec/model times and restarts carry over."""
+        r = cls(id, arrived_at_s, num_prefill, num_decode)
+        r.prefilled = r.kv_tokens = num_prefill
+        r.generated = 1
+        r.first_scheduled_s = first_scheduled_s
+        r.first_token_s = r.last_token_s = first_token_s
+        r.exec_s = exec_s
+        r.model_exec_s = model_exec_s
+        r.restarts = restarts
+        return r
 
     @property
     def max_kv_tokens(self) -> int:
@@ -135,6 +161,42 @@ class TokenGaps:
     @property
     def total(self) -> int:
         return sum(self.counts) + self.cur_count
+
+
+@dataclass
+class PrefilledRequests:
+    """Input of a decode pool: requests prefilled elsewhere (`Request.prefilled_elsewhere`, each with
+    num_decode >= 2), in the order they become ready (`ready_at_s` non-decreasing). The engine routes a
+    request to a replica at its ready time and hands it to the KV hand-off (sim.serve.engine.KVHandoff),
+    which reports when its KV has landed; without a hand-off it lands at once."""
+    ready_at_s: list[float]
+    requests: list[Request]
+    source: str = ""
+
+
+class ChunkLog:
+    """Prefill chunks as the pipeline stages ran them: one row per (batch stage, prefilling request):
+    request id, replica, stage, stage start (s), stage duration (s), chunk tokens."""
+    __slots__ = ("request", "replica", "stage", "start_s", "dur_s", "tokens")
+
+    def __init__(self) -> None:
+        self.request = array("q")
+        self.replica = array("i")
+        self.stage = array("i")
+        self.start_s = array("d")
+        self.dur_s = array("d")
+        self.tokens = array("q")
+
+    def add(self, request: int, replica: int, stage: int, start_s: float, dur_s: float, tokens: int) -> None:
+        self.request.append(request)
+        self.replica.append(replica)
+        self.stage.append(stage)
+        self.start_s.append(start_s)
+        self.dur_s.append(dur_s)
+        self.tokens.append(tokens)
+
+    def __len__(self) -> int:
+        return len(self.request)
 
 
 class BatchLog:

@@ -9,8 +9,10 @@ Per GPU of pipeline stage s (bytes):
 - activation workspace of the largest batch, R rows (Sarathi: chunk_size, other schedulers:
   max_tokens_per_iteration): the hidden state and residual (2·R·h) plus the larger of the attention
   block (QKV output + attention output, per rank) and the MLP block (fc1 output + activation output;
-  MoE: permuted tokens R·k·h + expert intermediates R·k·(g+1)·ffn_e/etp + shared-expert
-  intermediates + fp32 router logits R·E), at the activation dtype; on the last stage also the logits
+  MoE: permuted tokens R_e·k·h (R_e = ⌈R/tp⌉ tokens a rank routes with EP, else R) + expert
+  intermediates H·(g+1)·ffn_e/etp, H = the token copies the hottest rank processes (expert_load; R·k
+  without EP), + with EP its all-to-all receive buffer H·h + shared-expert intermediates + fp32
+  router logits R_e·E), at the activation dtype; on the last stage also the logits
   of max_batch_size rows (this rank's vocab shard at the activation dtype, the gathered vocabulary at
   the activation dtype + fp32 probabilities). Layers run one after the other, so one layer's peak
   counts (no activations are kept across layers in inference);
@@ -94,13 +96,14 @@ class KVCachePlan:
 
 
 def kv_bytes_per_token(model: ModelSpec, tp: int, num_layers: int, kv_dtype: str) -> int:
-    """KV-cache bytes of one token over `num_layers` layers on one GPU of a tp-way replica."""
-    e = DTYPE_BYTES[kv_dtype]
-    if model.is_mla:
-        per_layer = e * ((model.kv_lora_rank or 0) + (model.qk_rope_head_dim or 0))
-    else:
-        per_layer = e * math.ceil(model.kv_heads / tp) * (model.qk_head_dim + model.v_head_size)
-    return per_layer * num_layers
+    """KV-cache bytes of one token over `num_layers` layers on one GPU of a tp-way replica
+    (workload_gen.inference.kv_bytes_per_token_layer: the same bytes the KV-cache write kernel copies)."""
+    return inf.kv_bytes_per_token_layer(model, tp, kv_dtype) * num_layers
+
+
+def _spec(model: ModelSpec, plan: ServingPlan) -> inf.InferenceSpec:
+    return inf.inference_spec(model, tp=plan.tp, pp=plan.pp, ep=plan.ep, weight_dtype=plan.weight_dtype,
+                              kv_dtype=plan.kv_cache_dtype, expert_skew=plan.expert_skew)
 
 
 def _layout_plan(plan: ServingPlan) -> ParallelPlan:
@@ -130,8 +133,7 @@ def activation_rows(plan: ServingPlan) -> int:
 
 def activation_bytes(model: ModelSpec, plan: ServingPlan, stage: int) -> int:
     """Activation workspace of the largest batch on one GPU of `stage` (module docstring)."""
-    spec = inf.inference_spec(model, tp=plan.tp, pp=plan.pp, ep=plan.ep, weight_dtype=plan.weight_dtype,
-                              kv_dtype=plan.kv_cache_dtype)
+    spec = _spec(model, plan)
     R, t, h = activation_rows(plan), plan.tp, model.hidden_size
     ab = DTYPE_BYTES[plan.activation_dtype]
     g = 2 if model.gated_mlp else 1
@@ -152,9 +154,10 @@ def activation_bytes(model: ModelSpec, plan: ServingPlan, stage: int) -> int:
         k, E = model.moe_top_k, model.num_experts
         etp = 1 if plan.ep > 1 else t
         rows_e = -(-R // t) if plan.ep > 1 else R           # tokens a rank routes
-        routed = rows_e * k * (h + (g + 1) * model.expert_ffn_hidden_size // etp)
+        recv = spec.expert_load.hot(R).copies                # copies the hottest rank's experts process
+        routed = rows_e * k * h + recv * (g + 1) * model.expert_ffn_hidden_size // etp
         if plan.ep > 1:
-            routed += rows_e * k * h                          # all-to-all receive buffer
+            routed += recv * h                                # all-to-all receive buffer
         shared = R * (g + 1) * model.shared_expert_total_ffn // t if model.num_shared_experts else 0
         peak = ab * (routed + shared) + 4 * rows_e * E
     layer = ab * R * (2 * h + max(widths)) + peak
@@ -180,8 +183,7 @@ def plan_kv_cache(model: ModelSpec, plan: ServingPlan, gpu_bytes: float, gpu_nam
         raise SimError(f"serving plan.block_size: must be >= 1 (got {plan.block_size})")
     if not 0 <= plan.memory_margin_fraction < 1:
         raise SimError(f"serving plan.memory_margin_fraction: must be in [0, 1) (got {plan.memory_margin_fraction})")
-    spec = inf.inference_spec(model, tp=plan.tp, pp=plan.pp, ep=plan.ep, weight_dtype=plan.weight_dtype,
-                              kv_dtype=plan.kv_cache_dtype)
+    spec = _spec(model, plan)
     gpu_bytes = int(gpu_bytes)
     ctx = MemoryOptions().cuda_context_bytes
     margin = int(plan.memory_margin_fraction * gpu_bytes)

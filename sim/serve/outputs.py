@@ -149,9 +149,10 @@ def _clean(x):
 def write_results(res: ServeResult, out_dir: str | Path, peak_flops_per_s: float | None = None,
                   hbm_Bps: float | None = None, slo: SLO | None = None, charts: bool = True, trace: bool = True,
                   batches: bool = False, extra: dict | None = None, title: str = "",
-                  summary: dict | None = None) -> Path:
+                  summary: dict | None = None, more=None, more_files: tuple[str, ...] = ()) -> Path:
     """Write the results directory (see the module doc); returns its path. An existing directory is
-    replaced only if it holds nothing but files of this list (sim.report.check_out_dir)."""
+    replaced only if it holds nothing but files of this list (+ `more_files`; sim.report.check_out_dir).
+    more(tmp_dir): called last inside the same atomic write (extra files, or files it rewrites)."""
     df = request_frame(res)
     s = summary if summary is not None else summarize(res, peak_flops_per_s, hbm_Bps, slo, df=df)
 
@@ -175,5 +176,7 @@ def write_results(res: ServeResult, out_dir: str | Path, peak_flops_per_s: float
             _ecdf_plot(tmp / "cdf_e2e.png", df["request_e2e_time"].to_numpy(), None, "E2E latency (s)",
                        "End-to-end request latency")
             _kv_plot(tmp / "kv_usage.png", res)
+        if more is not None:
+            more(tmp)
 
-    return atomic_dir(out_dir, write, owned=SERVE_FILES)
+    return atomic_dir(out_dir, write, owned=SERVE_FILES + tuple(more_files))

@@ -5,7 +5,8 @@ schedulers and the CLI all read it. Fields only (validation: `validate_serving_p
 
 Replicas are identical: each holds one copy of the model on tp x pp GPUs (tp ranks per pipeline stage);
 `ep` > 1 spreads a MoE model's experts over the replica's tp ranks of a stage (ep == tp, vLLM's expert
-parallel mode) instead of sharding every expert's FFN width over them.
+parallel mode; the group may span servers) instead of sharding every expert's FFN width over them.
+`expert_skew` makes expert popularity Zipf-distributed; a step waits for the hottest EP rank.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ class ServingPlan:
     tp: int = 1
     pp: int = 1
     ep: int = 1                          # 1 or tp (MoE only)
+    expert_skew: float = 0.0             # MoE: Zipf exponent of expert popularity (0 = balanced routing;
+                                         # workload_gen.expert_load)
     replicas: int = 1
     # --- precision ---
     weight_dtype: str = "bf16"           # GEMMs run in this dtype (fp8: fp8 GEMMs, bf16 activations)

@@ -42,6 +42,9 @@ def validate_serving_plan(plan: ServingPlan) -> None:
     if plan.ep not in (1, plan.tp):
         raise SimError(f"serving plan.ep: expert parallelism spans a stage's tp ranks: ep must be 1 or tp "
                        f"(got ep={plan.ep}, tp={plan.tp})")
+    v = plan.expert_skew
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise SimError(f"serving plan.expert_skew: must be a finite number >= 0 (got {v!r})")
     for name, lo, hi in (("watermark_fraction", 0.0, 1.0), ("memory_margin_fraction", 0.0, 1.0)):
         v = getattr(plan, name)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v < hi:

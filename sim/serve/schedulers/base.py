@@ -6,7 +6,11 @@ order = arrival order). The engine calls
   add_request(r, now)     a request was routed here;
   next_batch(now)         a pipeline slot is free: form the next batch (None: nothing can run now);
   on_batch_end(b, now)    the batch left the last stage: tokens are emitted, finished requests leave and
-                          free their blocks; returns the finished requests.
+                          free their blocks; returns the finished requests;
+  add_prefilled(r, now)   a request prefilled elsewhere whose KV has landed here (disaggregated decode
+                          pool): it waits in `landed` (FIFO) until `_admit_landed` gives it the blocks of
+                          its KV (policies call it when forming a batch; restarted requests in `waiting`
+                          go first); admitted, it decodes like any running request.
 A request is never in two in-flight batches (Request.in_flight, used on PP replicas).
 
 Shared knobs (ServingPlan): max_batch_size caps the requests of one batch (a micro-batch on a PP replica);
@@ -52,19 +56,45 @@ class ReplicaScheduler:
         self.block_size = kv.block_size
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
+        self.landed: deque[Request] = deque()
 
     # ------------------------------------------------------------------------------------ interface
     def add_request(self, r: Request, now_s: float) -> None:
         self.waiting.append(r)
+
+    def add_prefilled(self, r: Request, now_s: float) -> None:
+        self.landed.append(r)
 
     def next_batch(self, now_s: float) -> Batch | None:
         raise NotImplementedError
 
     @property
     def num_unfinished(self) -> int:
-        return len(self.waiting) + len(self.running)
+        return len(self.waiting) + len(self.running) + len(self.landed)
 
     # ------------------------------------------------------------------------------------ mechanics
+    def _admit_landed(self, now_s: float, cap: int | None = None) -> list[Request]:
+        """Admit landed requests (FIFO, no skipping) while no restarted request waits, the replica cap
+        allows and `_landed_blocks` grants their blocks; at most `cap`. Returns them."""
+        q = self.landed
+        out: list[Request] = []
+        while q and not self.waiting and len(self.running) < self.max_running and (cap is None or len(out) < cap):
+            r = q[0]
+            need = self._landed_blocks(r)
+            if need is None:
+                break
+            q.popleft()
+            self._admit(r, need)
+            r.decode_admitted_s = now_s
+            out.append(r)
+        return out
+
+    def _landed_blocks(self, r: Request) -> int | None:
+        """Blocks a landed request takes at admission (None: not now). Paged policies: those of its KV,
+        keeping the watermark free."""
+        need = -(-r.kv_tokens // self.block_size)
+        return need if self.kv.can_allocate(need) else None
+
     def _admit(self, r: Request, blocks: int) -> None:
         """Move the head of `waiting` (r) into `running`, holding `blocks` KV blocks."""
         self.kv.allocate(blocks)

@@ -6,7 +6,9 @@ sized for the maximum length). Its first iteration prefills all their prompts to
 decode iterations of its unfinished members until ALL have finished: finished members stop consuming
 compute (they leave the batch shape and free their blocks) but the group is never refilled. The next group
 is formed only when one ends. On a PP replica up to pp groups run, each with one batch in flight, in turn.
-Prompts are not padded to the longest (the cost model sees the real lengths).
+Prompts are not padded to the longest (the cost model sees the real lengths). In a disaggregated decode
+pool, a group is formed from landed requests (prefilled elsewhere) when no request waits: it decodes from
+its first iteration.
 """
 
 from __future__ import annotations
@@ -47,14 +49,24 @@ class FasterTransformerScheduler(ReplicaScheduler):
             r = waiting.popleft()
             self._admit(r, self.reserve)
             members.append(r)
+        landed = False
+        if not members and self.landed:      # a group of requests prefilled elsewhere: it starts decoding
+            members = self._admit_landed(now_s, self.max_batch_size)
+            landed = True
         if not members:
             return None
         g = _Group(members)
         g.in_flight = True
         self.groups.append(g)
-        b = self._batch(members, [r.prefill_target for r in members], [], now_s)
+        if landed:
+            b = self._batch([], [], list(members), now_s)
+        else:
+            b = self._batch(members, [r.prefill_target for r in members], [], now_s)
         b.tag = g
         return b
+
+    def _landed_blocks(self, r) -> int | None:
+        return self.reserve if self.kv.can_allocate(self.reserve, watermark=False) else None
 
     def _after_batch(self, b: Batch) -> None:
         g = b.tag

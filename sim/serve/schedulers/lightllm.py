@@ -32,7 +32,16 @@ class LightLLMScheduler(ReplicaScheduler):
         self.projected = 0
         self.decodes_since_prefill = 0
 
+    def _landed_blocks(self, r) -> int | None:
+        final = self.kv.blocks_for(r.max_kv_tokens)
+        if self.projected + final > self.kv.num_blocks:
+            return None
+        self.projected += final
+        return self.kv.blocks_for(r.kv_tokens)
+
     def next_batch(self, now_s: float) -> Batch | None:
+        if self.landed:
+            self._admit_landed(now_s)
         if not self.running or self.decodes_since_prefill >= self.plan.max_waiting_iterations:
             b = self._prefill_batch(now_s)
             if b is not None:

@@ -21,7 +21,12 @@ class OrcaScheduler(ReplicaScheduler):
         super().__init__(*args, **kwargs)
         self.reserve = self.kv.blocks_for(self.max_model_len)
 
+    def _landed_blocks(self, r) -> int | None:
+        return self.reserve if self.kv.can_allocate(self.reserve, watermark=False) else None
+
     def next_batch(self, now_s: float) -> Batch | None:
+        if self.landed:
+            self._admit_landed(now_s)
         cap = self.max_batch_size
         decodes = [r for r in self.running if not r.in_flight][:cap]
         prefills: list = []

@@ -23,6 +23,8 @@ class SarathiScheduler(ReplicaScheduler):
     name = "sarathi"
 
     def next_batch(self, now_s: float) -> Batch | None:
+        if self.landed:
+            self._admit_landed(now_s)
         cap = self.max_batch_size
         decodes, partial = self._decodes(cap)
         left = self.plan.chunk_size - len(decodes)

@@ -27,6 +27,8 @@ class VLLMScheduler(ReplicaScheduler):
     name = "vllm"
 
     def next_batch(self, now_s: float) -> Batch | None:
+        if self.landed:
+            self._admit_landed(now_s)
         return self._prefill_batch(now_s) or self._decode_batch(now_s)
 
     def _prefill_batch(self, now_s: float) -> Batch | None:
