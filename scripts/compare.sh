@@ -1,4 +1,4 @@
-#!/usr/bin/env bash
+#!/bin/sh
 # Compare one workload across fabrics (and/or plans): table, compare.csv and compare.png.
 #
 #   scripts/compare.sh                                       # GPT-7B example on Spectrum-X vs DCN+
@@ -8,22 +8,21 @@
 #
 # Positional arguments are fabrics (template[:key=value,...] or SimAI topology files); flags go to
 # `clustersim compare` unchanged (e.g. --plan tp=8,pp=2 to add plan variants, -o DIR, -n analytical).
-set -euo pipefail
-args=()
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+# POSIX sh: works under sh and bash.
+set -eu
+count=$#
+while [ "$count" -gt 0 ]; do
+  arg=$1; shift; count=$((count - 1))
+  case "$arg" in
+    -h|--help) sed -n '2,/^# POSIX sh/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    --sp|--enable_sequence_parallel|--use-distributed-optimizer|--distributed-optimizer|--tp-comm-overlap|-q|--quiet|\
+    --*=*)
+      set -- "$@" "$arg" ;;
     -*)
-      args+=("$1")
-      # flags with a value: everything clustersim compare knows except the switches below
-      case "$1" in
-        --sp|--enable_sequence_parallel|--use-distributed-optimizer|--distributed-optimizer|--tp-comm-overlap|-q|--quiet)
-          shift ;;
-        *)
-          if [[ $# -lt 2 ]]; then echo "compare.sh: error: $1 needs a value" >&2; exit 2; fi
-          args+=("$2"); shift 2 ;;
-      esac ;;
-    *) args+=(--fabric "$1"); shift ;;
+      # flags with a value: everything clustersim compare knows except the switches above
+      if [ "$count" -lt 1 ]; then echo "compare.sh: error: $arg needs a value" >&2; exit 2; fi
+      set -- "$@" "$arg" "$1"; shift; count=$((count - 1)) ;;
+    *) set -- "$@" --fabric "$arg" ;;
   esac
 done
-exec clustersim compare "${args[@]+"${args[@]}"}"
+exec clustersim compare "$@"

@@ -1,4 +1,4 @@
-#!/usr/bin/env bash
+#!/bin/sh
 # Simulate one training iteration with clustersim, accepting the flags SimAI users type.
 #
 #   scripts/run.sh                                   # built-in example
@@ -6,43 +6,18 @@
 #   scripts/run.sh -w my_workload.txt -n topo/Spectrum-X_128g_8gps_400Gbps_H100 -o results/
 #   scripts/run.sh --model llama3-70b --tp 8 --pp 4 --dp 8 --global-batch 512   (clustersim flags)
 #
-# SimAI flags translated: -w/--workload FILE, -n/--topo TOPOLOGY_FILE, -g/--gpus N, -g_p_s N
-# (GPUs per server of the template topology), -r/--result NAME (run name), --analytical (analytical
-# network backend), -o DIR (results directory). Anything else is passed to `clustersim run` unchanged.
-set -euo pipefail
-args=()
-gps=""
-gpus=""
-topology=""
-need() {  # a SimAI flag given without its value: one line, exit 2 (as clustersim does)
-  if [[ $# -lt 2 || -z "$2" ]]; then echo "run.sh: error: $1 needs a value" >&2; exit 2; fi
-}
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    -w|--workload) need "$@"; args+=(--workload "$2"); shift 2 ;;
-    -n|--topo|--topology) need "$@"; topology="$2"; shift 2 ;;
-    -g|--gpus) need "$@"; gpus="$2"; args+=(--gpus "$2"); shift 2 ;;
-    -g_p_s|--gpus-per-server) need "$@"; gps="$2"; shift 2 ;;
-    -r|--result) need "$@"; args+=(--name "${2%-}"); shift 2 ;;
-    --analytical) args+=(--network analytical); shift ;;
-    *) args+=("$1"); shift ;;
+# SimAI flags translated, with SimAI's meanings (SimAI_analytical / SimAI_simulator): -w FILE, -n TOPOLOGY_FILE,
+# -g N, -g_p_s N, -g_type GPU, -r PREFIX (run name; results in ./results/<PREFIX>/ unless -o), -r_f DIR,
+# -nv GB/s, -nic GB/s, -n_p_s N, -busbw FILE, -c SimAI.conf, AS_PXN_ENABLE=1; noted with no effect: -t,
+# -v, -nic_t, -l, -dp_o -tp_o -ep_o -pp_o, AS_SEND_LAT, AS_NVLS_ENABLE. --analytical: analytical network
+# backend (default flow). Anything else is passed to `clustersim run` unchanged (-o DIR, --no-charts, ...).
+# POSIX sh: works under sh and bash.
+for arg in "$@"; do
+  case "$arg" in
+    -h|--help) sed -n '2,/^# POSIX sh/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
   esac
 done
-if [[ -n "$gps" ]]; then
-  if [[ -n "$topology" ]]; then
-    if [[ -f "$topology" ]]; then
-      echo "run.sh: error: -g_p_s applies to template topologies, not to the file $topology" >&2; exit 2
-    fi
-    case "$topology" in *:*) topology="$topology,gpus_per_server=$gps" ;; *) topology="$topology:gpus_per_server=$gps" ;; esac
-  else
-    # clustersim's default fabric: one Spectrum-X pod holds at most 4,096 GPUs, multi-pod beyond
-    if [[ "$gpus" =~ ^[0-9]+$ ]] && (( gpus > 4096 )); then
-      topology="multi-pod:gpus_per_server=$gps"
-    else
-      topology="spectrum-x:gpus_per_server=$gps"
-    fi
-  fi
+if command -v clustersim >/dev/null 2>&1; then
+  exec clustersim simai run "$@"
 fi
-if [[ -n "$topology" ]]; then args+=(--topology "$topology"); fi
-exec clustersim run "${args[@]+"${args[@]}"}"
+exec python3 -m sim.cli simai run "$@"

@@ -11,6 +11,7 @@ import difflib
 import os
 import signal
 import sys
+import warnings
 
 
 def version() -> str:
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     from sim import commands as sim_commands
     from sim.analysis import cli as analysis_cli
     from sim.serve import cli as serve_cli
+    from sim.serve import search_cli as serve_search_cli
     from topo import cli as topo_cli
     from workload_gen import cli as workload_cli
     parser = OneLineParser(
@@ -69,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Simulate large-model training iterations and inference serving on GPU clusters.")
     parser.add_argument("--version", action="version", version=f"clustersim {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (sim_commands, serve_cli, analysis_cli, workload_cli, topo_cli, netsim_cli, compute_db_cli):
+    for module in (sim_commands, serve_cli, serve_search_cli, analysis_cli, workload_cli, topo_cli, netsim_cli, compute_db_cli):
         module.register(sub)
     return parser
 
@@ -80,6 +82,17 @@ class Terminated(KeyboardInterrupt):
 
 def _on_sigterm(signum, frame):
     raise Terminated()
+
+
+def _one_line_warnings(default):
+    """A warnings.showwarning printing compatibility notes (a file key read differently, inert or not
+    modelled) as one `warning:` line, other warnings as `default` does."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        if category.__name__ == "CompatibilityWarning":
+            print(f"clustersim: warning: {message}", file=sys.stderr)
+        else:
+            default(message, category, filename, lineno, file, line)
+    return show
 
 
 def _handle_sigterm():
@@ -117,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     errors = user_errors()
     previous = _handle_sigterm()
+    shown = warnings.showwarning
+    warnings.showwarning = _one_line_warnings(shown)
     try:
         return int(args.func(args) or 0)
     except errors as exc:
@@ -134,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         print("clustersim: interrupted", file=sys.stderr)
         return 130
     finally:
+        warnings.showwarning = shown
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
 

@@ -137,8 +137,12 @@ def run_job(job: dict, progress: bool = False, trace: bool = False, row_key=None
     db = open_job_db(job)
     cal = load_net_calibration(job.get("net_calibration"))
     workload, topology, gpu = build_inputs(job)
+    net_opts = None
+    if job.get("simai"):   # SimAI's -nv / -nic / -busbw / PXN (sim.simai_compat)
+        from sim.simai_compat import network_settings
+        cal, net_opts = network_settings(job["simai"], topology, cal)
     rep = simulate(workload, topology, gpu=gpu, network=job.get("network") or "flow", db=db,
-                   net_calibration=cal, placement=job.get("mapping"), progress=progress,
+                   net_calibration=cal, placement=job.get("mapping"), progress=progress, network_options=net_opts,
                    sampling=job.get("sampling") or "auto", trace=trace, row_key=row_key or _row_key_for(workload))
     rep.meta["fabric"] = job.get("fabric")
     return rep
@@ -223,7 +227,12 @@ def _job_from_args(args) -> dict:
             "fabric": getattr(args, "fabric", None), "gpus": args.gpus, "gpu": args.gpu,
             "gpu_type": args.gpu_type, "network": args.network, "sampling": args.sampling,
             "mapping": args.mapping, "db": args.db, "gpu_file": args.gpu_file,
-            "net_calibration": args.net_calibration}
+            "net_calibration": args.net_calibration, "simai": _simai_options(args)}
+
+
+def _simai_options(args) -> dict | None:
+    from sim.simai_compat import job_options
+    return job_options(args)
 
 
 def _is_default_run(args) -> bool:
@@ -253,6 +262,9 @@ def cmd_run(args) -> int:
               "TP4 (SP) x PP2 x DP4, 8 micro-batches of 4096 tokens", file=sys.stderr)
     else:
         job = _job_from_args(args)
+    if job.get("simai"):
+        from sim.simai_compat import check_options
+        check_options(job["simai"])   # SimAI inputs read and checked before simulating
     if args.out != "-":
         from sim.report import check_out_dir
         check_out_dir(args.out)  # before minutes of simulation, not after
@@ -490,6 +502,8 @@ def register(subparsers) -> None:
     p.add_argument("--explain", action="store_true",
                    help="also print which parts of the time rest on measurements and which on models")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    from sim.simai_compat import add_run_arguments
+    add_run_arguments(p)
     p.set_defaults(func=cmd_run)
 
     c = subparsers.add_parser("compare", help="one workload across fabrics and/or plans: table + bar chart")
@@ -510,3 +524,7 @@ def register(subparsers) -> None:
     s.add_argument("--jobs", "-j", type=int, default=2, help="local worker processes without MPI (default 2)")
     s.add_argument("--out", "-o", default="clustersim-sweep.csv", help="CSV file (written atomically)")
     s.set_defaults(func=cmd_sweep)
+
+    from sim import aicb, simai_compat
+    aicb.register(subparsers)   # `clustersim aicb`: AICB's generator with compute_db kernel timing
+    simai_compat.register(subparsers)   # `clustersim simai`: SimAI's command lines (scripts/SimAI_*)

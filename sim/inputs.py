@@ -32,8 +32,14 @@ def is_simai_workload(path: str | Path) -> bool:
 
 
 def load_workload_file(path: str | Path):
-    """Native workload JSON (workload_gen.native_io) or SimAI workload text file (by its first token)."""
+    """Native workload JSON (workload_gen.native_io), SimAI workload text file (by its first token), an AICB
+    CSV log clustersim wrote (by its header; workload_gen.aicb_csv) or a Chakra trace folder /
+    `<prefix>.<rank>.et` file (workload_gen.chakra_io)."""
     p = Path(path)
+    from workload_gen.chakra_io import is_chakra_input
+    if is_chakra_input(p):
+        from workload_gen.chakra_io import load_chakra
+        return load_chakra(p)
     if not p.is_file():
         raise SimError(f"{p}: workload file not found")
     if is_simai_workload(p):
@@ -42,7 +48,11 @@ def load_workload_file(path: str | Path):
     if _first_token(p).startswith("{"):
         from workload_gen.native_io import load_workload
         return load_workload(p)
-    raise SimError(f"{p}:1: neither a clustersim workload JSON nor a SimAI workload file "
+    from workload_gen.aicb_csv import is_aicb_csv
+    if is_aicb_csv(p):
+        from workload_gen.aicb_csv import read_aicb_csv
+        return read_aicb_csv(p)
+    raise SimError(f"{p}:1: neither a clustersim workload JSON, a SimAI workload file nor an AICB CSV log "
                    f"(first token '{_first_token(p)[:40]}')")
 
 

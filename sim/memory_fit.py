@@ -17,8 +17,9 @@ def memory_fit(workload, gpu_spec) -> dict:
     out = {"fits": None, "peak_reserved_bytes": None, "peak_allocated_bytes": None, "cuda_context_bytes": None,
            "peak_stage": None, "peak_path": None, "gpu": gpu_spec.name, "gpu_hbm_bytes": gpu_spec.hbm_bytes,
            "source": None, "note": ""}
-    if workload.meta.get("imported_from") == "simai":
-        out["note"] = SIMAI_NOTE
+    if workload.meta.get("imported_from") == "simai" or workload.meta.get("model_known") is False:
+        out["note"] = SIMAI_NOTE if workload.meta.get("imported_from") == "simai" else \
+            "n/a: imported trace has no model dimensions"
         return out
     from sim.analysis.memory import analyze_memory
     rep = analyze_memory(workload.model, workload.plan, workload)

@@ -124,7 +124,7 @@ def compute_op_times(workload, gpu: str, db=None) -> tuple[dict, dict]:
             if op.time_s < 0:
                 raise SimError(f"op '{op.name}': negative given time {op.time_s}")
             times[id(op)] = float(op.time_s)
-            sources[id(op)] = "given"
+            sources[id(op)] = workload.meta.get("time_provenance", "given")   # "trace": Chakra import
     if need:
         if db is None:
             from compute_db import open_db
@@ -244,7 +244,7 @@ def simulate(workload, topology, *, gpu: str, network="flow", db=None, placement
         "network_collectives": res.comm_count, "estimated_collectives": res.bypassed,
         "isolated_kinds": list(res.isolated), "peak_flops": peak,
         "executed_flops": executed, "model_flops": model_flops,
-        "tokens_known": workload.meta.get("imported_from") != "simai",
+        "tokens_known": workload.meta.get("imported_from") != "simai" and workload.meta.get("model_known", True),
         "overheads_model": host.describe() if host is not None else "off",
         "contention_model": cm.describe() if cm is not None else "off",
         "contention_sm_term": bool(cm is not None and cm.has_sm_term),

@@ -107,9 +107,10 @@ def simai_file_name(template: str, params: dict) -> str:
             return f"Rail_Opti_{g}g_{gps}gps{plane}_{bw}_{gt}"
         return f"Rail_Opti_SingleToR_{g}g_{gps}gps_{bw}_{gt}"
     if t == "non-rail":
-        if p.get("dual_tor"):
-            return f"No_Rail_Opti_{g}g_{gps}gps{plane}_{bw}_{gt}"
-        return f"No_Rail_Opti_SingleToR_{g}g_{gps}gps_{bw}_{gt}"
+        # gen_Topo_Template.py: No_Rail_Opti_<G>g_<gps>gps_{SingleToR,DualToR}_<bw>_<gt>; SimAI refuses a
+        # non-rail dual plane, which clustersim builds: its name says so (no SimAI name to match)
+        tor = "DualToR_DualPlane" if p.get("dual_plane") else "DualToR" if p.get("dual_tor") else "SingleToR"
+        return f"No_Rail_Opti_{g}g_{gps}gps_{tor}_{bw}_{gt}"
     label = {"multi-pod": "MultiPod", "fat-tree": "FatTree", "nvl72": "NVL72", "nvl36": "NVL36",
              "pcie": "PCIe"}[t]
     return f"{label}_{g}g_{gps}gps_{bw}_{gt}"

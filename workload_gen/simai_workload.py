@@ -38,8 +38,14 @@ richer Workload is flattened as AICB does (documented in docs/workload_gen.md):
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
+import math
 import os
+import re
 import statistics
+import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -58,6 +64,8 @@ _TO_SIMAI = {"all_reduce": "ALLREDUCE", "all_gather": "ALLGATHER", "reduce_scatt
 _FROM_SIMAI = [("ALLREDUCEALLTOALL", "all_to_all"), ("ALLREDUCE", "all_reduce"), ("ALLGATHER", "all_gather"),
                ("REDUCESCATTER", "reduce_scatter"), ("ALLTOALL", "all_to_all")]
 UPDATE_NS = 100
+SECTION = "#clustersim"
+SECTION_VERSION = "v1"
 PLACEHOLDER_FLOPS = 400e12
 PLACEHOLDER_BPS = 2e12
 
@@ -71,14 +79,28 @@ def placeholder_time(op: ComputeOp) -> float:
 
 # ---------------------------------------------------------------------------------------------- reading
 
+# Upper bounds of header and line values: far above any real job, low enough that nothing downstream
+# (plan validation, the simulator's micro-batch loop, byte arithmetic) runs away on a typo'd digit.
+MAX_GPUS = 1 << 20            # all_gpus, and every group size (TP, EP, PP <= all_gpus)
+MAX_GA = 1 << 16              # micro-batches per iteration
+MAX_VPP = 1 << 20             # header vpp (AICB writes the layer count; unused by clustersim)
+MAX_LINES = 10_000_000        # layer lines announced on line 2
+MAX_BYTES = 1 << 50           # one message (pp_comm and comm sizes), 1 PiB
+MAX_NS = 10 ** 15             # one compute time, about 11.6 days
+_HEADER_RANGES = {"tp": (1, MAX_GPUS), "ep": (1, MAX_GPUS), "pp": (1, MAX_GPUS), "vpp": (1, MAX_VPP),
+                  "ga": (1, MAX_GA), "all_gpus": (1, MAX_GPUS), "pp_comm": (0, MAX_BYTES)}
+_INT_RE = re.compile(r"[+-]?\d{1,30}")
+_FLOAT_RE = re.compile(r"[+-]?(\d{1,30}\.?\d{0,30}|\.\d{1,30})([eE][+-]?\d{1,3})?")
+
+
 def _parse_header(tokens: list[str], where: str) -> dict:
     policy = tokens[0] if tokens else ""
     if policy in OTHER_POLICIES:
         raise ConfigFileError(f"{where}: unsupported SimAI parallelism policy {policy!r} "
                               f"(clustersim reads {TRAINING} and {MICRO})")
     if policy not in (TRAINING, MICRO):
-        raise ConfigFileError(f"{where}: not a SimAI workload file (first token {policy!r}; expected {TRAINING} "
-                              f"or {MICRO})")
+        raise ConfigFileError(f"{where}: not a SimAI workload file (first token {policy[:40]!r}; expected "
+                              f"{TRAINING} or {MICRO})")
     keys = {"model_parallel_NPU_group:": "tp", "ep:": "ep", "pp:": "pp", "vpp:": "vpp", "ga:": "ga",
             "all_gpus:": "all_gpus", "pp_comm": "pp_comm", "pp_comm:": "pp_comm"}
     out: dict = {"policy": policy, "checkpoints": []}
@@ -86,8 +108,11 @@ def _parse_header(tokens: list[str], where: str) -> dict:
     while i < len(tokens):
         tok = tokens[i]
         if tok in ("checkpoints:", "checkpoint_initiates:"):
-            n = _int(tokens[i + 1] if i + 1 < len(tokens) else "", where, tok)
-            vals = [_int(x, where, tok) for x in tokens[i + 2:i + 2 + n]]
+            n = _int(tokens[i + 1] if i + 1 < len(tokens) else "", where, tok, 0, len(tokens))
+            if i + 2 + n > len(tokens):
+                raise ConfigFileError(f"{where}: {tok} announces {n} layer indices but the header has "
+                                      f"{len(tokens) - i - 2} more tokens")
+            vals = [_int(x, where, tok, 0, MAX_LINES) for x in tokens[i + 2:i + 2 + n]]
             if tok == "checkpoints:":
                 out["checkpoints"] = vals
             i += 2 + n
@@ -95,24 +120,36 @@ def _parse_header(tokens: list[str], where: str) -> dict:
         if tok in keys:
             if i + 1 >= len(tokens):
                 raise ConfigFileError(f"{where}: header key {tok!r} has no value")
-            out[keys[tok]] = _int(tokens[i + 1], where, tok)
+            key = keys[tok]
+            lo, hi = _HEADER_RANGES[key]
+            out[key] = _int(tokens[i + 1], where, tok, lo, hi)
             i += 2
             continue
         i += 1
     return out
 
 
-def _int(s: str, where: str, what: str) -> int:
-    try:
-        return int(s)
-    except ValueError:
-        try:
-            f = float(s)
-        except ValueError:
-            raise ConfigFileError(f"{where}: {what} must be an integer (got {s!r})") from None
-        if f != int(f):
-            raise ConfigFileError(f"{where}: {what} must be an integer (got {s!r})") from None
-        return int(f)
+def _int(s: str, where: str, what: str, lo: int | None = None, hi: int | None = None) -> int:
+    """An integer field: decimal digits, or a finite float literal with an integral value (AICB writes
+    neither, but hand-made files do); `lo`/`hi`: the inclusive range it must lie in."""
+    v = None
+    if s.isascii() and s.isdigit() and len(s) <= 30:        # the common case, first
+        v = int(s)
+    elif _INT_RE.fullmatch(s):
+        v = int(s)
+    elif _FLOAT_RE.fullmatch(s):
+        f = float(s)
+        if math.isfinite(f) and f == int(f):
+            v = int(f)
+    too_long = v is None and re.fullmatch(r"[+-]?\d+", s) is not None   # digits beyond any range
+    if v is None and not too_long:
+        raise ConfigFileError(f"{where}: {what} must be an integer (got {s[:40]!r})")
+    if too_long or (lo is not None and v < lo) or (hi is not None and v > hi):
+        rng = ("at most 30 digits" if lo is None and hi is None else f">= {lo}" if hi is None
+               else f"between {lo} and {hi:,}" if lo is not None else f"<= {hi:,}")
+        got = s if len(s) <= 40 else f"a {len(s)}-digit number"
+        raise ConfigFileError(f"{where}: {what} must be {rng} (got {got})")
+    return v
 
 
 def _comm_from(name: str, column: str, where: str) -> tuple[str, str] | None:
@@ -142,12 +179,13 @@ class _Line:
         return (self.name, self.comm, self.size)
 
 
-def _read_lines(path: str) -> tuple[dict, list[_Line]]:
+def _read_lines(path: str) -> tuple[dict, list[_Line], list[tuple[int, str]], str]:
+    """(header, layer lines, trailer `#` lines as (line number, text), text the trailer's checksum covers)."""
     try:
         with open(path, encoding="utf-8") as f:
             raw = f.read().splitlines()
     except UnicodeDecodeError:
-        raise ConfigFileError(f"{path}: not a text file") from None
+        raise ConfigFileError(f"{path}: not a text file (not UTF-8)") from None
     rows = [(i + 1, ln.split()) for i, ln in enumerate(raw) if ln.strip()]
     if not rows:
         raise ConfigFileError(f"{path}:1: empty file (expected a SimAI workload header)")
@@ -157,55 +195,87 @@ def _read_lines(path: str) -> tuple[dict, list[_Line]]:
     lineno, toks = rows[1]
     if len(toks) != 1:
         raise ConfigFileError(f"{path}:{lineno}: expected the number of layer lines (one integer), got {len(toks)} fields")
-    n = _int(toks[0], f"{path}:{lineno}", "number of layer lines")
-    body = rows[2:]
-    if len(body) != n:
-        raise ConfigFileError(f"{path}:{rows[1][0]}: header announces {n} layer lines but the file has {len(body)}")
+    n = _int(toks[0], f"{path}:{lineno}", "number of layer lines", 0, MAX_LINES)
+    body = rows[2:2 + n]
+    rest = rows[2 + n:]
+    # SimAI reads exactly n layer lines and stops: what follows may only be `#` lines (clustersim's section)
+    if len(body) != n or any(t[0].startswith("#") for _, t in body) \
+            or any(not t[0].startswith("#") for _, t in rest):
+        got = sum(1 for _, t in rows[2:] if not t[0].startswith("#"))
+        raise ConfigFileError(f"{path}:{rows[1][0]}: header announces {n} layer lines but the file has {got}")
     lines = []
+    comm_of: dict = {}   # (name, column) -> parsed comm type
     for lineno, t in body:
         where = f"{path}:{lineno}"
         if len(t) != 12:
             raise ConfigFileError(f"{where}: a layer line needs exactly 12 fields (got {len(t)})")
-        ns = (_int(t[2], where, "forward compute time"), _int(t[5], where, "input-grad compute time"),
-              _int(t[8], where, "weight-grad compute time"))
-        if min(ns) < 0:
-            raise ConfigFileError(f"{where}: compute times must be >= 0 ns")
+        ns = (_int(t[2], where, "forward compute time", 0, MAX_NS),
+              _int(t[5], where, "input-grad compute time", 0, MAX_NS),
+              _int(t[8], where, "weight-grad compute time", 0, MAX_NS))
         comms, sizes = [], []
         for col, ci, si in (("fwd", 3, 4), ("ig", 6, 7), ("wg", 9, 10)):
-            size = _int(t[si], where, f"{col} comm size")
-            if size < 0:
-                raise ConfigFileError(f"{where}: comm sizes must be >= 0 bytes")
-            c = _comm_from(t[ci], col, where)
+            size = _int(t[si], where, f"{col} comm size", 0, MAX_BYTES)
+            c = comm_of.get((t[ci], col), False)
+            if c is False:
+                c = comm_of[(t[ci], col)] = _comm_from(t[ci], col, where)
             if c is None or size == 0:
                 c, size = None, 0
             comms.append(c)
             sizes.append(size)
         lines.append(_Line(t[0], ns, tuple(comms), tuple(sizes), lineno))
-    return header, lines
+    last = body[-1][0] if body else rows[1][0]
+    covered = "\n".join(ln.rstrip() for ln in raw[:last])
+    trailer = [(ln, raw[ln - 1].strip()) for ln, _ in rest]
+    return header, lines, trailer, covered
 
 
 def _fold(lines: list[_Line], ga: int, max_bottom: int = 64) -> tuple[list[_Line], list[list[_Line]], list[_Line]]:
     """Split into (top once-per-iteration lines, `ga` copies of the micro-batch block, bottom lines).
 
-    Tries the fewest top lines first, then the fewest bottom lines; copies must match in names, comm
-    types and sizes. No split found: everything is one block (not unrolled).
+    The split with the fewest top lines wins, then the fewest bottom lines; copies must match in names,
+    comm types and sizes. No split found: everything is one block (not unrolled). Linear time: for each
+    bottom count, the candidate periods are the distances back to earlier lines equal to the last line
+    of the middle, and each is checked in O(1) with a polynomial hash of the line signatures (mod 2^64,
+    numpy's wrapping arithmetic); the chosen split is then confirmed by a full comparison.
     """
     n = len(lines)
-    if ga > 1:
-        sigs = [ln.signature() for ln in lines]
-        for top in range(n):
-            for bottom in range(min(max_bottom, n - top) + 1):
-                mid = n - top - bottom
-                if mid <= 0 or mid % ga:
-                    continue
-                per = mid // ga
-                if sigs[top] != sigs[top + per] or sigs[top + per - 1] != sigs[top + mid - 1]:
-                    continue
-                block = sigs[top:top + per]
-                if all(sigs[top + k * per: top + (k + 1) * per] == block for k in range(1, ga)):
-                    copies = [lines[top + k * per: top + (k + 1) * per] for k in range(ga)]
-                    return lines[:top], copies, lines[n - bottom:]
-    return [], [lines], []
+    if ga <= 1 or n < ga:
+        return [], [lines], []
+    import numpy as np
+    ids: dict = {}
+    sig = np.fromiter((ids.setdefault(ln.signature(), len(ids)) + 1 for ln in lines), dtype=np.uint64, count=n)
+    base = 0x9E3779B97F4A7C15                       # odd, so invertible mod 2^64
+    inv = pow(base, -1, 1 << 64)
+    pw = np.full(n + 1, base, dtype=np.uint64)
+    pw[0] = 1
+    pw = np.cumprod(pw, dtype=np.uint64)           # base^k mod 2^64
+    ipw = np.full(n, inv, dtype=np.uint64)
+    ipw[0] = 1
+    ipw = np.cumprod(ipw, dtype=np.uint64)         # base^-k mod 2^64
+    g = np.zeros(n + 1, dtype=np.uint64)
+    g[1:] = np.cumsum(sig * ipw, dtype=np.uint64)  # g[i] = sum_{j<i} sig[j] base^-j
+    best: tuple[int, int, int] | None = None       # (top, bottom, period)
+    for bottom in range(min(max_bottom, n - ga) + 1):
+        e = n - bottom
+        pers = (e - 1) - np.flatnonzero(sig[:e - 1] == sig[e - 1])
+        tops = e - ga * pers
+        keep = tops >= 0 if best is None else (tops >= 0) & (tops < best[0])
+        pers, tops = pers[keep], tops[keep]
+        if not pers.size:
+            continue
+        # sig[top:e-per] == sig[top+per:e]  <=>  g[e-per] - g[top] == base^per (g[e] - g[top+per])
+        ok = (g[e - pers] - g[tops]) == pw[pers] * (g[e] - g[tops + pers])
+        for top, per in sorted(zip(tops[ok].tolist(), pers[ok].tolist())):
+            if np.array_equal(sig[top:e - per], sig[top + per:e]):
+                best = (top, bottom, per)
+                break
+        if best is not None and best[0] == 0:
+            break
+    if best is None:
+        return [], [lines], []
+    top, bottom, per = best
+    copies = [lines[top + k * per: top + (k + 1) * per] for k in range(ga)]
+    return lines[:top], copies, lines[n - bottom:]
 
 
 def _median_line(copies: list[list[_Line]], i: int) -> _Line:
@@ -246,20 +316,39 @@ def _line_ops(ln: _Line, microbatch: str, mb_bwd: str | None = None) -> tuple[li
     return fwd, bwd
 
 
-def read_simai_workload(path: str | os.PathLike, world_size: int | None = None) -> Workload:
-    """Import a SimAI workload text file as a Workload (see module docstring for the mapping)."""
+def read_simai_workload(path: str | os.PathLike, world_size: int | None = None,
+                        clustersim_section: bool = True) -> Workload:
+    """Import a SimAI workload text file as a Workload (see module docstring for the mapping).
+
+    A file clustersim wrote carries its full workload in `#clustersim` lines after the layer lines
+    (SimAI never reads them): when the layer lines are unchanged since the export (checksum), that
+    workload is returned, so an export reads back to exactly what was exported. Edited layer lines, or
+    `clustersim_section=False`, read the layer lines with SimAI's semantics (meta["warnings"] says why).
+    """
     path = str(path)
-    header, lines = _read_lines(path)
+    header, lines, trailer, covered = _read_lines(path)
+    warnings: list[str] = []
+    if trailer and clustersim_section:
+        w = _read_section(path, trailer, covered, warnings)
+        if w is not None:
+            if world_size is not None and world_size != w.plan.world_size:
+                warnings.append(f"world size {world_size} given: the #clustersim section (world "
+                                f"{w.plan.world_size}) is ignored")
+            else:
+                return w
     tp = header.get("tp", 1)
     if header["policy"] == TRAINING and "tp" not in header:
         raise ConfigFileError(f"{path}:1: header key 'model_parallel_NPU_group:' (TP size) is missing")
-    pp = max(1, header.get("pp", 1))
-    ep = max(1, header.get("ep", 1))
-    ga = max(1, header.get("ga", 1))
-    tp = max(1, tp)
+    pp = header.get("pp", 1)
+    ep = header.get("ep", 1)
+    ga = header.get("ga", 1)
+    if world_size is not None and not 1 <= world_size <= MAX_GPUS:
+        raise ConfigFileError(f"world size must be between 1 and {MAX_GPUS:,} (got {world_size})")
     ws = world_size or header.get("all_gpus") or tp * pp
     if ws % (tp * pp):
         raise ConfigFileError(f"{path}:1: all_gpus ({ws}) must be divisible by TP x PP = {tp * pp}")
+    if ep > ws:
+        raise ConfigFileError(f"{path}:1: ep ({ep}) must be <= all_gpus ({ws})")
     dp = ws // (tp * pp)
     etp = None if (tp * dp) % (ep * tp) == 0 else 1
     plan = ParallelPlan(world_size=ws, tp=tp, pp=pp, ep=ep, etp=etp, micro_batch_size=1,
@@ -267,6 +356,8 @@ def read_simai_workload(path: str | os.PathLike, world_size: int | None = None) 
     meta = {"imported_from": "simai", "source": os.path.basename(path), "policy": header["policy"],
             "header": {k: v for k, v in header.items() if k != "policy"},
             "notes": "model dimensions unknown (placeholder ModelSpec); compute ops carry SimAI's times"}
+    if warnings:
+        meta["warnings"] = warnings
     if header["policy"] == MICRO:
         fwd: list[Op] = []
         for ln in lines:
@@ -282,23 +373,24 @@ def read_simai_workload(path: str | os.PathLike, world_size: int | None = None) 
     folded = len(copies) == ga and ga > 1
     block = [_median_line(copies, i) for i in range(len(copies[0]))] if folded else [ln for c in copies for ln in c]
     meta["ga_unrolled_in_file"] = folded
-    fwd, bwd = [], []
+    # SimAI walks backward bottom-up: backward lists are built in file order and reversed once
+    fwd, bwd_rev = [], []
     for ln in block:
         f, b = _line_ops(ln, "all")
         fwd += f
-        bwd = b + bwd      # SimAI walks backward bottom-up
+        bwd_rev.append(b)
     for ln in bottom:
         f, b = _line_ops(ln, "last")
         fwd += f
-        bwd = b + bwd
+        bwd_rev.append(b)
     head: list[Op] = []
-    tail: list[Op] = []
+    tail_rev: list[list[Op]] = []
     for ln in top:
         f, b = _line_ops(ln, "first", "last")
         head += f
-        tail = b + tail
+        tail_rev.append(b)
     fwd = head + fwd
-    bwd += tail
+    bwd = [op for b in reversed(bwd_rev) for op in b] + [op for b in reversed(tail_rev) for op in b]
     n_layers = sum(1 for ln in block if ln.name.startswith("attention")) or 1
     model = ModelSpec(name=f"simai:{meta['source']}", num_layers=max(pp, n_layers * pp), hidden_size=1,
                       num_attention_heads=1, ffn_hidden_size=1, vocab_size=1)
@@ -313,6 +405,41 @@ def read_simai_workload(path: str | os.PathLike, world_size: int | None = None) 
                                    pp_send_bytes=pp_bytes if s < pp - 1 else 0))
     return Workload(model=model, plan=plan, stages=stages, schedule="1f1b" if pp > 1 else "none",
                     num_microbatches=ga, meta=meta)
+
+
+def _read_section(path: str, trailer: list[tuple[int, str]], covered: str, warnings: list[str]) -> Workload | None:
+    """The workload of a `#clustersim` section (None: no section, or layer lines edited since export)."""
+    head = [(ln, t) for ln, t in trailer if t.startswith(f"{SECTION} ")]
+    if not head:
+        return None
+    fields = {}
+    data: list[str] = []
+    for ln, text in head:
+        key, _, value = text[len(SECTION) + 1:].partition(" ")
+        if key == "data":
+            data.append(value.strip())
+        elif key in ("workload", "sha256"):
+            fields[key] = (ln, value.strip())
+    first = head[0][0]
+    if "workload" not in fields or "sha256" not in fields or not data:
+        raise ConfigFileError(f"{path}:{first}: incomplete {SECTION} section (needs 'workload', 'sha256' and "
+                              f"'data' lines); delete the {SECTION} lines to read the layer lines alone")
+    if not fields["workload"][1].startswith(SECTION_VERSION):
+        raise ConfigFileError(f"{path}:{fields['workload'][0]}: unknown {SECTION} section version "
+                              f"{fields['workload'][1][:20]!r} (this clustersim reads {SECTION_VERSION})")
+    if hashlib.sha256(covered.encode()).hexdigest() != fields["sha256"][1]:
+        warnings.append("layer lines were edited after clustersim exported the file: its #clustersim section "
+                        "is ignored and the layer lines are read with SimAI's semantics")
+        return None
+    from workload_gen.native_io import workload_from_dict
+    try:
+        doc = json.loads(zlib.decompress(base64.b64decode("".join(data), validate=True)))
+    except (ValueError, zlib.error):
+        raise ConfigFileError(f"{path}:{first}: {SECTION} section is corrupt (not base64 zlib JSON); delete the "
+                              f"{SECTION} lines to read the layer lines alone") from None
+    w = workload_from_dict(doc, f"{path}:{first} ({SECTION} section)")
+    w.meta = dict(w.meta, read_from=f"{os.path.basename(path)} ({SECTION} section)")
+    return w
 
 
 def _blocking(op: CommOp) -> CommOp:
@@ -501,11 +628,49 @@ def simai_lines(w: Workload, time_of: Callable[[ComputeOp], float] | None = None
     return header, lines, dropped
 
 
+def with_times(w: Workload, time_of: Callable[[ComputeOp], float]) -> Workload:
+    """A copy of `w` whose compute ops carry `time_of(op)` as their given time (time_s)."""
+    from dataclasses import replace
+
+    def timed(ops: list[Op]) -> list[Op]:
+        return [replace(op, time_s=float(time_of(op))) if isinstance(op, ComputeOp) else op for op in ops]
+
+    stages = [StageProgram(stage=st.stage, pp_send_bytes=st.pp_send_bytes,
+                           iteration_start=timed(st.iteration_start), iteration_end=timed(st.iteration_end),
+                           chunks=[ChunkProgram(chunk=ch.chunk, layers=ch.layers, forward=timed(ch.forward),
+                                                backward=timed(ch.backward)) for ch in st.chunks])
+              for st in w.stages]
+    return Workload(model=w.model, plan=w.plan, stages=stages, schedule=w.schedule,
+                    num_microbatches=w.num_microbatches, meta=dict(w.meta))
+
+
+def section_lines(w: Workload, covered: str, width: int = 4096) -> list[str]:
+    """The `#clustersim` lines that carry `w` in full after the layer lines (SimAI never reads them):
+    a version line, the sha256 of the text above (header to last layer line), zlib+base64 native JSON."""
+    from workload_gen.native_io import workload_to_dict
+    blob = base64.b64encode(zlib.compress(json.dumps(workload_to_dict(w), separators=(",", ":"),
+                                                     default=str).encode(), 9)).decode()
+    out = [f"{SECTION} workload {SECTION_VERSION}: clustersim's full workload (kernels, overlap, every pipeline "
+           "stage); SimAI reads only the layer lines above. Edit those and this section is ignored.",
+           f"{SECTION} sha256 {hashlib.sha256(covered.encode()).hexdigest()}"]
+    out += [f"{SECTION} data {blob[i:i + width]}" for i in range(0, len(blob), width)]
+    return out
+
+
 def write_simai_workload(w: Workload, path: str | os.PathLike,
-                         time_of: Callable[[ComputeOp], float] | None = None, unroll: bool = True) -> list[Op]:
-    """Write stage 0 of `w` as a SimAI workload file (atomic). Returns the ops SimAI cannot express."""
+                         time_of: Callable[[ComputeOp], float] | None = None, unroll: bool = True,
+                         section: bool = True) -> list[Op]:
+    """Write stage 0 of `w` as a SimAI workload file (atomic). Returns the ops SimAI cannot express.
+
+    time_of: kernel time (s) of a compute op for the layer lines (None: PLACEHOLDER roofline); given, the
+    `#clustersim` section carries the same times. section: append the `#clustersim` lines (the full
+    workload, so that clustersim reads the file back to exactly `w`)."""
     header, lines, dropped = simai_lines(w, time_of, unroll)
-    atomic_write_text(path, "\n".join([header, str(len(lines)), *lines]) + "\n")
+    text = [header, str(len(lines)), *lines]
+    if section:
+        text += section_lines(w if time_of is None else with_times(w, time_of),
+                              "\n".join(ln.rstrip() for ln in text))
+    atomic_write_text(path, "\n".join(text) + "\n")
     return dropped
 
 

@@ -52,3 +52,17 @@ def test_unknown_flag_without_a_close_match_names_no_flag(capsys):
         main(["run", "--zzzzzzzz"])
     err = capsys.readouterr().err
     assert "did you mean" not in err and "unrecognized arguments: --zzzzzzzz" in err
+
+
+def test_compatibility_notes_print_as_one_warning_line(tmp_path, capsys):
+    import json
+    model = tmp_path / "m.json"
+    model.write_text(json.dumps({"model_type": "dense", "head_num": 8, "kv_head_num": 8, "layer_num": 2,
+                                 "hidden_size": 1024, "intermediate_size": 2816, "vocab_size": 32000}))
+    strategy = tmp_path / "s.json"
+    strategy.write_text(json.dumps({"seq_len": 1024, "micro_batch_size": 1, "micro_batch_num": 2, "world_size": 2,
+                                    "tp_size": 2, "pp_size": 1, "recompute_granularity": "full_block"}))
+    assert main(["run", "-m", str(model), "--plan-file", str(strategy), "-n", "analytical", "-o", "-"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (f"clustersim: warning: {strategy}: key 'recompute_granularity': 'full_block' is inert without "
+                      "\"enable_recompute\": true (SimuMax's rule); running without recompute")

@@ -98,7 +98,8 @@ def _script(name: str, *args: str, cwd=None):
 def test_scripts_missing_flag_value_and_help():
     for name, flag in (("run.sh", "-w"), ("run.sh", "-g_p_s"), ("compare.sh", "-o")):
         r = _script(name, flag)
-        assert r.returncode == 2 and r.stderr.strip() == f"{name.split('.')[0]}.sh: error: {flag} needs a value"
+        err = r.stderr.strip()
+        assert r.returncode == 2 and err.startswith(f"{name}: error:") and flag in err and "\n" not in err
     r = _script("run.sh", "--help")
     assert r.returncode == 0 and "SimAI flags translated" in r.stdout
 

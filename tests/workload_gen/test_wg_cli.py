@@ -23,7 +23,7 @@ def test_aicb_flags_and_user_tp_honoured(tmp_path, capsys):
     rc = main(["workload", "-m", "405", "--world_size", "1024", "--tensor_model_parallel_size", "4",
                "--pipeline_model_parallel", "8", "--frame", "Megatron", "--global_batch", "256", "--micro_batch", "1",
                "--seq_length", "4096", "--swiglu", "--use_flash_attn", "--enable_sequence_parallel",
-               "--aiob_enable", "--simai-dir", str(tmp_path)])
+               "--simai-dir", str(tmp_path)])
     text = capsys.readouterr().out
     assert rc == 0 and "tp 4 x cp 1 x pp 8 x dp 32" in text
     files = list(tmp_path.glob("*.txt"))
