@@ -124,5 +124,6 @@ def run(args) -> int:
         args.aicb_notes = list(args.aicb_notes or []) + [
             f"--gpu_type {args.gpu_type}: ignored without --aiob_enable (the file carries PLACEHOLDER times)"]
         args.gpu_type = None
-    return workload_cli.run(args, kernel_timer=timer)
+    from sim.chakra import ChakraWriter
+    return workload_cli.run(args, kernel_timer=timer, chakra=ChakraWriter)
 

@@ -41,6 +41,16 @@ class OneLineParser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
+    def _parse_optional(self, arg_string):
+        # argparse reads `-nv` as `-n v` and `-g_type` as `-g _type`: a single-dash word glued to a letter
+        # is a different flag (SimAI's spelling), never a short option with its value (`-j2` still is)
+        found = super()._parse_optional(arg_string)
+        if (isinstance(found, tuple) and len(found) == 3 and found[0] is not None and found[2]
+                and not arg_string.startswith("--") and "=" not in arg_string
+                and not (found[2][0].isdigit() or found[2][0] in ".-")):
+            return None, arg_string, None
+        return found
+
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}{self._closest(message)} (see '{self.prog} --help')\n")
 
@@ -73,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in (sim_commands, serve_cli, serve_search_cli, analysis_cli, workload_cli, topo_cli, netsim_cli, compute_db_cli):
         module.register(sub)
+    # `workload --chakra` writes traces in the simulator's schedule order with compute_db times: sim supplies
+    # that writer (workload_gen may not import sim)
+    from sim.chakra import run_workload_command
+    sub.choices["workload"].set_defaults(func=run_workload_command)
     return parser
 
 

@@ -34,11 +34,11 @@ def is_simai_workload(path: str | Path) -> bool:
 def load_workload_file(path: str | Path):
     """Native workload JSON (workload_gen.native_io), SimAI workload text file (by its first token), an AICB
     CSV log clustersim wrote (by its header; workload_gen.aicb_csv) or a Chakra trace folder /
-    `<prefix>.<rank>.et` file (workload_gen.chakra_io)."""
+    `<prefix>.<rank>.et` file (sim.chakra)."""
     p = Path(path)
-    from workload_gen.chakra_io import is_chakra_input
+    from sim.chakra import is_chakra_input
     if is_chakra_input(p):
-        from workload_gen.chakra_io import load_chakra
+        from sim.chakra import load_chakra
         return load_chakra(p)
     if not p.is_file():
         raise SimError(f"{p}: workload file not found")

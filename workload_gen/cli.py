@@ -453,8 +453,11 @@ def summary(w) -> str:
     return "\n".join(lines)
 
 
-def run(args, kernel_timer=None) -> int:
-    """`clustersim workload`. kernel_timer(workload) -> (time_of(op) -> s, description): kernel times for
+def run(args, kernel_timer=None, chakra=None) -> int:
+    """`clustersim workload`. chakra: the Chakra trace writer (sim.chakra.ChakraWriter: `check_args(args,
+    world)`, `write_from_args(w, args, kernel_timer)`; it needs the simulator's schedule and compute_db, which
+    workload_gen must not import, so the console script passes it). kernel_timer(workload) -> (time_of(op)
+    -> s, description): kernel times for
     the exported files (`clustersim aicb` passes compute_db's); None: PLACEHOLDER roofline times."""
     if getattr(args, "aicb_refused", None):
         raise WorkloadError(args.aicb_refused)
@@ -486,8 +489,10 @@ def run(args, kernel_timer=None) -> int:
     if args.simai_dir and os.path.exists(args.simai_dir) and not os.path.isdir(args.simai_dir):
         raise ConfigFileError(f"--simai-dir: {args.simai_dir}: exists and is not a directory")
     if getattr(args, "chakra", None) or getattr(args, "chakra_ranks", None):
-        from workload_gen.chakra_io import check_chakra_args
-        check_chakra_args(args, plan.world_size)   # before generating: no half-written output set
+        if chakra is None:
+            raise WorkloadError("--chakra: Chakra traces are written by the `clustersim workload` command "
+                                "(sim.chakra), not by workload_gen.cli.run alone")
+        chakra.check_args(args, plan.world_size)   # before generating: no half-written output set
     from workload_gen.generator import generate
     w = generate(model, plan)
     print(summary(w))
@@ -526,8 +531,7 @@ def run(args, kernel_timer=None) -> int:
             write_aicb_csv(w, args.aicb_csv, include_compute=True, time_of=time_of)
             outputs.append(("AICB CSV", args.aicb_csv))
         if getattr(args, "chakra", None):
-            from workload_gen.chakra_io import write_chakra_from_args
-            outputs.append(("Chakra traces", write_chakra_from_args(w, args, kernel_timer)))
+            outputs.append(("Chakra traces", chakra.write_from_args(w, args, kernel_timer)))
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError) as exc:
         raise ConfigFileError(f"{exc.filename}: cannot write ({exc.strerror})") from None
     for what, path in outputs:

@@ -11,6 +11,17 @@ from __future__ import annotations
 
 from workload_gen.errors import PlanError, WorkloadError
 from workload_gen.layout import stage_layer_counts
+from workload_gen.limits import (
+    ALLOW_HUGE_ENV,
+    MAX_DIM,
+    MAX_LAYERS,
+    MAX_MICROBATCHES,
+    MAX_PP,
+    MAX_WORLD_SIZE,
+    allow_huge,
+    check_max,
+    show_int,
+)
 from workload_gen.model import ModelSpec
 from workload_gen.plan import DTYPES, FRAMEWORKS, GRAD_REDUCE_DTYPES, RECOMPUTE, ParallelPlan
 
@@ -26,11 +37,16 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _positive(prefix: str, name: str, v, *, optional: bool = False, exc=PlanError) -> None:
+def _positive(prefix: str, name: str, v, *, optional: bool = False, exc=PlanError, bound: int = MAX_DIM) -> None:
     if optional and v is None:
         return
     if not _is_int(v) or v <= 0:
-        raise exc(f"{prefix}.{name}: must be a positive integer (got {v!r})")
+        raise exc(f"{prefix}.{name}: must be a positive integer (got {_show(v)})")
+    check_max(f"{prefix}.{name}", v, bound, exc)
+
+
+def _show(v) -> str:
+    return show_int(v) if _is_int(v) else repr(v)
 
 
 def _choice(prefix: str, name: str, v, allowed, exc=PlanError) -> None:
@@ -46,7 +62,8 @@ def _bool(name: str, v) -> None:
 def validate_model(model: ModelSpec) -> None:
     """Raise WorkloadError naming the first inconsistent ModelSpec field."""
     E = WorkloadError
-    for f in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "vocab_size",
+    _positive("model", "num_layers", model.num_layers, exc=E, bound=MAX_LAYERS)
+    for f in ("hidden_size", "num_attention_heads", "ffn_hidden_size", "vocab_size",
               "seq_length", "make_vocab_size_divisible_by", "moe_layer_freq"):
         _positive("model", f, getattr(model, f), exc=E)
     for f in ("num_kv_heads", "head_dim", "moe_ffn_hidden_size", "shared_expert_ffn_hidden_size",
@@ -55,7 +72,8 @@ def validate_model(model: ModelSpec) -> None:
     for f in ("num_experts", "moe_top_k", "num_shared_experts", "num_dense_layers"):
         v = getattr(model, f)
         if not _is_int(v) or v < 0:
-            raise E(f"model.{f}: must be a non-negative integer (got {v!r})")
+            raise E(f"model.{f}: must be a non-negative integer (got {_show(v)})")
+        check_max(f"model.{f}", v, MAX_DIM, E)
     _choice("model", "activation", model.activation, ACTIVATIONS, E)
     _choice("model", "norm", model.norm, NORMS, E)
     _choice("model", "position_embedding", model.position_embedding, POSITION_EMBEDDINGS, E)
@@ -91,10 +109,18 @@ def validate_model(model: ModelSpec) -> None:
                 f"num_shared_experts={model.num_shared_experts})")
 
 
+_BUCKET_BOUND = 1 << 40   # elements; buckets only split a size, they allocate nothing
+
+
 def _check_types(plan: ParallelPlan) -> None:
-    for f in ("world_size", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "global_batch_size",
-              "seq_length", "reduce_bucket_elements", "allgather_bucket_elements", "grad_bucket_elements"):
+    _positive("plan", "world_size", plan.world_size, bound=MAX_WORLD_SIZE)
+    _positive("plan", "pp", plan.pp, bound=MAX_PP)
+    for f in ("tp", "cp", "ep", "vpp"):
+        _positive("plan", f, getattr(plan, f), bound=MAX_WORLD_SIZE)
+    for f in ("micro_batch_size", "global_batch_size", "seq_length"):
         _positive("plan", f, getattr(plan, f))
+    for f in ("reduce_bucket_elements", "allgather_bucket_elements", "grad_bucket_elements"):
+        _positive("plan", f, getattr(plan, f), bound=_BUCKET_BOUND)
     for f in ("etp", "num_layers_first_stage", "num_layers_last_stage", "recompute_num_layers"):
         _positive("plan", f, getattr(plan, f), optional=True)
     for f in ("sequence_parallel", "distributed_optimizer", "flash_attention", "tp_comm_overlap",
@@ -217,6 +243,12 @@ def validate_plan(model: ModelSpec, plan: ParallelPlan) -> None:
         raise PlanError(f"plan.global_batch_size: must be divisible by micro_batch_size*dp = "
                         f"{plan.micro_batch_size * dp} (got {plan.global_batch_size}, "
                         f"micro_batch_size={plan.micro_batch_size}, dp={dp})")
+
+    n_micro = plan.global_batch_size // (plan.micro_batch_size * dp)
+    if n_micro > MAX_MICROBATCHES and not allow_huge():
+        raise PlanError(f"plan.global_batch_size: {n_micro} micro-batches per iteration "
+                        f"(global_batch_size / (micro_batch_size*dp)) exceeds the limit of {MAX_MICROBATCHES:,} "
+                        f"(set {ALLOW_HUGE_ENV}=1 to run it anyway)")
 
     # ---- recompute ----
     if plan.recompute_num_layers is not None:

@@ -66,3 +66,18 @@ def test_compatibility_notes_print_as_one_warning_line(tmp_path, capsys):
     err = capsys.readouterr().err.splitlines()
     assert err[0] == (f"clustersim: warning: {strategy}: key 'recompute_granularity': 'full_block' is inert without "
                       "\"enable_recompute\": true (SimuMax's rule); running without recompute")
+
+
+@pytest.mark.parametrize("word", ["-nv", "-g_type", "-nope"])
+def test_a_single_dash_word_is_not_a_short_flag_with_a_glued_value(word, capsys):
+    # SimAI's -nv 360 must not run as `--network v`; -g_type as `-g _type`
+    with pytest.raises(SystemExit) as exc:
+        main(["run", word, "360"])
+    assert exc.value.code == 2
+    assert f"unrecognized arguments: {word} 360" in capsys.readouterr().err
+
+
+def test_a_short_flag_with_a_glued_number_still_parses():
+    from sim.cli import build_parser
+    args = build_parser().parse_args(["run", "-g16"])
+    assert args.gpus == 16

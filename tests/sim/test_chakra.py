@@ -1,4 +1,4 @@
-"""Chakra execution-trace export/import (workload_gen.chakra_io), checked with mlc-chakra's own decoder.
+"""Chakra execution-trace export/import (sim.chakra), checked with mlc-chakra's own decoder.
 
 Skipped (with the reason) when mlc-chakra is not installed: pip install --no-deps mlc-chakra protobuf.
 """
@@ -18,9 +18,9 @@ from chakra.schema.protobuf import et_def_pb2 as pb  # noqa: E402
 from chakra.src.third_party.utils.protolib import decodeMessage, encodeMessage, openFileRd  # noqa: E402
 
 import topo  # noqa: E402
+from sim.chakra import compute_db_times, export_chakra, load_chakra, parse_ranks  # noqa: E402
 from sim.simulation import simulate  # noqa: E402
 from workload_gen import ModelSpec, ParallelPlan, generate  # noqa: E402
-from workload_gen.chakra_io import compute_db_times, export_chakra, load_chakra, parse_ranks  # noqa: E402
 from workload_gen.errors import ConfigFileError, WorkloadError  # noqa: E402
 
 MODEL = ModelSpec(name="tiny", num_layers=4, hidden_size=1024, num_attention_heads=16, ffn_hidden_size=4096,

@@ -783,6 +783,24 @@ def _generic_ops(tr: RankTrace, program: list, pl, tp: int) -> list:
 
 
 # ------------------------------------------------------------------------------------------ CLI
+def run_workload_command(args) -> int:
+    """`clustersim workload`: workload_gen's command with the Chakra writer of this module."""
+    from workload_gen import cli as workload_cli
+    return workload_cli.run(args, chakra=ChakraWriter)
+
+
+class ChakraWriter:
+    """What `workload_gen.cli.run` calls for --chakra / --chakra-ranks."""
+
+    @staticmethod
+    def check_args(args, world: int) -> None:
+        check_chakra_args(args, world)
+
+    @staticmethod
+    def write_from_args(w: Workload, args, kernel_timer=None) -> str:
+        return write_chakra_from_args(w, args, kernel_timer)
+
+
 def check_chakra_args(args, world: int) -> None:
     """`clustersim workload --chakra DIR [--chakra-ranks R]`: fail early (package, folder, ranks)."""
     if not getattr(args, "chakra", None):
