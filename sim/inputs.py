@@ -172,6 +172,20 @@ def make_topology(spec: str, gpus: int | None = None, gpu_type: str | None = Non
     return topo.build(template, **kw)
 
 
+def resolve_default_nvlink(topology, gpu_spec):
+    """A topology built with SimAI's default NVLink rate (topo.build without nvlink_bandwidth_Bps) at the
+    GPU's datasheet line rate instead, as `make_topology` builds it, so the Python API and the CLI simulate
+    the same fabric; a rate the user chose, and topology files, are kept."""
+    from topo.model import with_nvlink_rate
+    from topo.templates import NVLINK_DEFAULT_NOTE
+    if NVLINK_DEFAULT_NOTE not in getattr(topology, "notes", ()) or not gpu_spec.nvlink_Bps > 0:
+        return topology
+    from dataclasses import replace
+    t = with_nvlink_rate(topology, gpu_spec.nvlink_Bps)
+    note = f"NVLink at the {gpu_spec.name} datasheet line rate {gpu_spec.nvlink_Bps / 1e9:g} GB/s per direction"
+    return replace(t, notes=tuple(n for n in t.notes if n != NVLINK_DEFAULT_NOTE) + (note,))
+
+
 def _default_nvlink_from_spec(template: str, kw: dict) -> None:
     """Use the GPU's NVLink line rate (one direction) unless the user gave one.
 

@@ -189,11 +189,13 @@ def simulate(workload, topology, *, gpu: str, network="flow", db=None, placement
     """
     t_wall = time.perf_counter()
     plan = workload.plan
-    pl = placement if isinstance(placement, Placement) else place(plan, topology, placement)
     if db is None:
         from compute_db import open_db
         db = open_db()
     spec = db.gpu(gpu)
+    from sim.inputs import resolve_default_nvlink
+    topology = resolve_default_nvlink(topology, spec)
+    pl = placement if isinstance(placement, Placement) else place(plan, topology, placement)
     times, sources = compute_op_times(workload, spec.name, db)
     from sim.memory_fit import memory_fit
     memory = memory_fit(workload, spec)

@@ -170,8 +170,10 @@ def main(args) -> int:
     from topo.simai_file import write_simai_topology
 
     out = _output_path(args.output or t.name, t.name)
+    from topo.templates import NVLINK_DEFAULT_NOTE
     for note in t.notes:
-        print(f"warning: {note}", file=sys.stderr)
+        if note != NVLINK_DEFAULT_NOTE:   # SimAI's own default, written as SimAI writes it
+            print(f"warning: {note}", file=sys.stderr)
     for w in write_simai_topology(t, out):
         print(f"warning: {w}", file=sys.stderr)
     if t.gpu_type not in SIMAI_GPU_TYPES:

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 
 from topo.errors import TopoError
+from topo.limits import ALLOW_HUGE_ENV, MAX_CABLES, MAX_NODES, over_limit
 from topo.model import Link, Node, Topology
 
 
@@ -92,6 +93,12 @@ def build_fabric(spec: FabricSpec, name: str = "") -> Topology:
     _need(gps > 0, f"{_flag(spec, 'gpus_per_server')}: GPUs per server must be > 0, got {gps}")
     _need(G % gps == 0, f"{_flag(spec, 'gpus')}: {G} GPUs is not a multiple of "
           f"{_flag(spec, 'gpus_per_server')} {gps}")
+    # bounds before any per-node table is built (topo/limits.py)
+    _need(not over_limit(G, MAX_NODES), f"{_flag(spec, 'gpus')}: {G} GPUs exceeds the limit of "
+          f"{MAX_NODES:,} nodes (set {ALLOW_HUGE_ENV}=1 to build it anyway)")
+    _need(not over_limit(G * max(spec.nvswitch_count, 1), MAX_CABLES),
+          f"{_flag(spec, 'nvswitch_per_server')}: {spec.nvswitch_count} NVSwitches per GPU's domain x {G} GPUs "
+          f"exceeds the limit of {MAX_CABLES:,} cables (set {ALLOW_HUGE_ENV}=1 to build it anyway)")
     notes: list[str] = []
     servers = G // gps
     dom = spec.nvlink_domain_size or gps

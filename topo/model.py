@@ -276,3 +276,11 @@ def _rails(t: Topology) -> list[int]:
         rails.append(nic_index[nics[0]])
     t._cache["nic_rail"] = dict(nic_index)
     return rails
+
+
+def with_nvlink_rate(t: Topology, bandwidth_Bps: float, rate_text: str = "") -> Topology:
+    """`t` with every NVLink link at `bandwidth_Bps` (one direction); other links, nodes and notes kept."""
+    from dataclasses import replace
+    links = tuple(replace(lk, bandwidth_Bps=float(bandwidth_Bps), rate_text=rate_text) if lk.kind == "nvlink" else lk
+                  for lk in t.links)
+    return replace(t, links=links)

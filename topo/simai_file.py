@@ -21,13 +21,15 @@ read(write(t)) == t for every model.
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from collections import deque
 from pathlib import Path
 
 from topo.errors import TopoError
-from topo.model import Link, Node, Topology, tier_name
+from topo.limits import ALLOW_HUGE_ENV, MAX_CABLES, MAX_NODES, over_limit
+from topo.model import LINK_KINDS, NODE_KINDS, Link, Node, Topology, tier_name
 from topo.units import format_number, format_rate, format_time, parse_rate, parse_time
 
 TRAILER = "#clustersim"
@@ -116,14 +118,19 @@ def _ranges(ids: list[int]) -> str:
     return ",".join(parts)
 
 
-def _parse_ranges(text: str) -> list[int]:
+def _parse_ranges(text: str, limit: int) -> list[int]:
+    """'0-3,7' -> [0, 1, 2, 3, 7]; ValueError for an id outside 0..limit-1 (checked before expanding)."""
     out: list[int] = []
     for part in text.split(","):
         if "-" in part:
-            lo, hi = part.split("-")
-            out.extend(range(int(lo), int(hi) + 1))
+            lo, hi = (int(x) for x in part.split("-"))
         elif part:
-            out.append(int(part))
+            lo = hi = int(part)
+        else:
+            continue
+        if not 0 <= lo <= hi < limit:
+            raise ValueError(part)
+        out.extend(range(lo, hi + 1))
     return out
 
 
@@ -218,14 +225,34 @@ def _infer_domain_size(G: int, links, kinds: list[str]) -> int:
     return max(sizes.values())
 
 
+def _count(text: str) -> int:
+    """A non-negative decimal integer of at most 19 digits (ValueError otherwise: `-1`, `1.5`, `nan`,
+    400-digit numbers, which int() would parse slowly and which no count can be)."""
+    if not text.isdigit() or not text.isascii() or len(text) > 19:
+        raise ValueError(text)
+    return int(text)
+
+
+def _clip(text: str, n: int = 40) -> str:
+    """A file token for an error message, shortened so that the message stays one readable line."""
+    return text if len(text) <= n else f"{text[:n]}... ({len(text)} characters)"
+
+
+def raw_line(path: Path, offset: int) -> int:
+    """1-based line number of byte `offset` in the file."""
+    with open(path, "rb") as f:
+        return f.read(offset).count(b"\n") + 1
+
+
 def read_simai_topology(path: str | os.PathLike) -> Topology:
     """Parse a SimAI topology file (generator output or hand-written)."""
     path = Path(path)
     name = str(path)
     try:
-        raw = path.read_text()
-    except UnicodeDecodeError:
-        raise TopoError(f"{name}: not a text file") from None
+        raw = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw_line(path, exc.start)
+        raise TopoError(f"{name}:{line}: not UTF-8 text (byte {exc.start})") from None
     lines = raw.splitlines()
     pos = 0
 
@@ -243,9 +270,15 @@ def read_simai_topology(path: str | os.PathLike) -> Topology:
         raise TopoError(f"{name}:{ln}: header must be '<node_num> <gpus_per_server> <nvswitch_num> "
                         f"<switch_num> <link_num> <gpu_type>'")
     try:
-        node_num, gps, nvs_num, sw_num, link_num = (int(x) for x in head[:5])
+        node_num, gps, nvs_num, sw_num, link_num = (_count(x) for x in head[:5])
     except ValueError:
-        raise TopoError(f"{name}:{ln}: header counts must be integers: {' '.join(head)}") from None
+        raise TopoError(f"{name}:{ln}: header counts must be integers: {_clip(' '.join(head[:5]))}") from None
+    for what, v, bound in (("node_num", node_num, MAX_NODES), ("gpus_per_server", gps, MAX_NODES),
+                           ("nvswitch_num", nvs_num, MAX_NODES), ("switch_num", sw_num, MAX_NODES),
+                           ("link_num", link_num, MAX_CABLES)):
+        if over_limit(v, bound):
+            raise TopoError(f"{name}:{ln}: {what} {_clip(str(v))} exceeds the limit of {bound:,} "
+                            f"(set {ALLOW_HUGE_ENV}=1 to read it anyway)")
     gpu_type = head[5] if len(head) == 6 else "NONE"
     G = node_num - nvs_num - sw_num
     if G < 1 or gps < 1 or min(nvs_num, sw_num, link_num) < 0:
@@ -256,14 +289,16 @@ def read_simai_topology(path: str | os.PathLike) -> Topology:
         ln, toks = next_line()
         if not toks:
             raise TopoError(f"{name}:{ln}: expected {nvs_num + sw_num} switch ids, found {len(ids)}")
+        if len(ids) + len(toks) > nvs_num + sw_num:
+            raise TopoError(f"{name}:{ln}: expected {nvs_num + sw_num} switch ids, found more")
         try:
-            ids.extend(int(x) for x in toks)
+            ids.extend(_count(x) for x in toks)
         except ValueError:
-            raise TopoError(f"{name}:{ln}: switch ids must be integers") from None
+            raise TopoError(f"{name}:{ln}: switch ids must be non-negative integers") from None
     if len(ids) != nvs_num + sw_num:
         raise TopoError(f"{name}:{ln}: expected {nvs_num + sw_num} switch ids, found {len(ids)}")
     if sorted(ids) != list(range(G, node_num)):
-        bad = sorted(set(ids) ^ set(range(G, node_num)))[0]
+        bad = _clip(str(sorted(set(ids) ^ set(range(G, node_num)))[0]))
         raise TopoError(f"{name}:{ln}: switch ids must be {G}..{node_num - 1} once each (GPUs are "
                         f"0..{G - 1}); offending id {bad}")
     nvs = set(ids[:nvs_num])
@@ -280,22 +315,29 @@ def read_simai_topology(path: str | os.PathLike) -> Topology:
         if len(toks) != 5:
             raise TopoError(f"{name}:{ln}: expected '<src> <dst> <rate> <delay> <error_rate>', got {len(toks)} fields")
         try:
-            a, b = int(toks[0]), int(toks[1])
+            a, b = _count(toks[0]), _count(toks[1])
         except ValueError:
-            raise TopoError(f"{name}:{ln}: node ids must be integers: {toks[0]} {toks[1]}") from None
-        if not (0 <= a < node_num and 0 <= b < node_num) or a == b:
-            raise TopoError(f"{name}:{ln}: bad link {a} {b} (nodes are 0..{node_num - 1})")
+            raise TopoError(f"{name}:{ln}: node ids must be non-negative integers: "
+                            f"{_clip(toks[0])} {_clip(toks[1])}") from None
+        if not (a < node_num and b < node_num) or a == b:
+            raise TopoError(f"{name}:{ln}: bad link {_clip(str(a))} {_clip(str(b))} (nodes are 0..{node_num - 1})")
         if a < G and b < G:
             raise TopoError(f"{name}:{ln}: link {a} {b} joins two GPUs directly (SimAI needs a switch between)")
         rt, dt = toks[2], toks[3]
         if rt not in rate_cache:
             rate_cache[rt] = parse_rate(rt, f"{name}:{ln}")
+            if not (0 < rate_cache[rt] < math.inf):
+                raise TopoError(f"{name}:{ln}: rate must be positive and finite, got {_clip(rt)}")
         if dt not in time_cache:
             time_cache[dt] = parse_time(dt, f"{name}:{ln}")
+            if not (0 <= time_cache[dt] < math.inf):
+                raise TopoError(f"{name}:{ln}: delay must be non-negative and finite, got {_clip(dt)}")
         try:
             er = float(toks[4])
         except ValueError:
-            raise TopoError(f"{name}:{ln}: error rate must be a number, got {toks[4]}") from None
+            raise TopoError(f"{name}:{ln}: error rate must be a number, got {_clip(toks[4])}") from None
+        if not 0.0 <= er < 1.0:   # a per-packet loss probability; 1 would lose every packet
+            raise TopoError(f"{name}:{ln}: error rate must be in [0, 1), got {_clip(toks[4])}")
         kind = _infer_link_kind(kinds[a], kinds[b])
         n = len(links)
         links.append(Link(n, a, b, rate_cache[rt], time_cache[dt], kind, er, rt, dt))
@@ -312,10 +354,16 @@ def read_simai_topology(path: str | os.PathLike) -> Topology:
         toks = line.split()
         try:
             if toks[1] == "node":
-                for nid in _parse_ranges(toks[4]):
+                if toks[2] not in NODE_KINDS or toks[2] == "gpu":
+                    raise ValueError(toks[2])
+                for nid in _parse_ranges(toks[4], node_num):
+                    if nid < G:
+                        raise ValueError(nid)
                     node_info[nid] = (toks[2], toks[3])
             elif toks[1] == "cable":
-                for c in _parse_ranges(toks[3]):
+                if toks[2] not in LINK_KINDS:
+                    raise ValueError(toks[2])
+                for c in _parse_ranges(toks[3], link_num):
                     a, b = links[2 * c], links[2 * c + 1]
                     links[2 * c] = Link(a.id, a.src, a.dst, a.bandwidth_Bps, a.latency_s, toks[2], a.error_rate,
                                         a.rate_text, a.delay_text)
@@ -323,6 +371,8 @@ def read_simai_topology(path: str | os.PathLike) -> Topology:
                                             b.error_rate, b.rate_text, b.delay_text)
             elif toks[1] == "nvlink_domain_size":
                 dom = int(toks[2])
+                if not 1 <= dom <= G:
+                    raise ValueError(dom)
         except (IndexError, ValueError):
             raise TopoError(f"{name}:{i}: malformed {TRAILER} line") from None
     nodes = tuple(Node(i, k, tr) for i, (k, tr) in enumerate(node_info))

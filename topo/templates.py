@@ -26,6 +26,7 @@ seconds or strings such as "0.0005ms"):
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from topo.errors import TopoError
 from topo.fabric import FabricSpec, Rate, build_fabric
@@ -146,6 +147,11 @@ def _float(p: dict, key: str, flag: str) -> float:
     if not v > 0:
         raise TopoError(f"{flag}: must be > 0, got {p[key]!r}")
     return v
+
+
+# Marks a topology whose NVLink rate is SimAI's generator default (2880 Gbps, an effective H100 figure),
+# not a rate the user chose: simulators replace it with the GPU's datasheet line rate (sim.inputs).
+NVLINK_DEFAULT_NOTE = "NVLink rate: SimAI generator default (2880Gbps); not chosen by the user"
 
 
 def build(template: str, **params) -> Topology:
@@ -285,8 +291,11 @@ def build(template: str, **params) -> Topology:
         spec.host = "pcie"
         spec.gpus_per_nic = _int(p, "gpus_per_nic", fl("gpus_per_nic"))
         spec.pcie_switches_per_server = _int(p, "pcie_switches_per_server", "pcie_switches_per_server")
-    return build_fabric(spec, name=name or simai_file_name(
+    topo = build_fabric(spec, name=name or simai_file_name(
         t, {**p, "dual_tor": dual_tor, "gpus": spec.gpus, "gpus_per_server": spec.gpus_per_server}))
+    if "nvlink_bandwidth_Bps" not in params and t not in ("nvl72", "nvl36", "pcie"):
+        topo = replace(topo, notes=topo.notes + (NVLINK_DEFAULT_NOTE,))
+    return topo
 
 
 _PCIE_GEN5 = "512Gbps"   # PCIe Gen5 x16 raw line rate per direction (32 GT/s x 16 lanes)

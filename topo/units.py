@@ -7,8 +7,9 @@ formatting reproduces the same text.
 
 from __future__ import annotations
 
+import math
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from topo.errors import TopoError
 
@@ -25,9 +26,12 @@ def parse_rate(text: str, what: str = "rate") -> float:
     m = _RATE_RE.match(str(text).strip())
     if not m:
         raise TopoError(f"{what}: bad rate '{text}' (expected an ns-3 rate such as 400Gbps)")
-    value = Decimal(m.group(1)) * _PREFIX[m.group(2)]
-    if m.group(3) in ("bps", "b/s"):
-        value = value / 8
+    try:
+        value = Decimal(m.group(1)) * _PREFIX[m.group(2)]
+        if m.group(3) in ("bps", "b/s"):
+            value = value / 8
+    except ArithmeticError:   # decimal.Overflow on exponents beyond Decimal's range
+        raise TopoError(f"{what}: rate '{text}' is out of range") from None
     return float(value)
 
 
@@ -38,8 +42,8 @@ def parse_time(text: str, what: str = "delay") -> float:
         raise TopoError(f"{what}: bad time '{text}' (expected an ns-3 time such as 0.0005ms)")
     try:
         return float(Decimal(m.group(1)) * _TIME_UNIT[m.group(2)])
-    except InvalidOperation as exc:  # pragma: no cover - regex already guards
-        raise TopoError(f"{what}: bad time '{text}'") from exc
+    except ArithmeticError:   # decimal.Overflow on exponents beyond Decimal's range
+        raise TopoError(f"{what}: time '{text}' is out of range") from None
 
 
 def _plain(d: Decimal) -> str:
@@ -77,16 +81,25 @@ def rate_of(value: float | str, what: str) -> tuple[float, str]:
         v = parse_rate(value, what)
         if not v > 0:
             raise TopoError(f"{what}: bandwidth must be > 0, got {value.strip()!r}")
+        if v == math.inf:
+            raise TopoError(f"{what}: bandwidth must be finite, got {value.strip()!r}")
         return v, value.strip()
     if not value > 0:
         raise TopoError(f"{what}: bandwidth must be > 0, got {value}")
+    if not value < math.inf:
+        raise TopoError(f"{what}: bandwidth must be finite, got {value}")
     return float(value), format_rate(value)
 
 
 def time_of(value: float | str, what: str) -> tuple[float, str]:
     """Accept seconds or an ns-3 string; return (seconds, text to write)."""
     if isinstance(value, str):
-        return parse_time(value, what), value.strip()
+        v = parse_time(value, what)
+        if not v < math.inf:
+            raise TopoError(f"{what}: latency must be finite, got {value.strip()!r}")
+        return v, value.strip()
     if value < 0:
         raise TopoError(f"{what}: latency must be >= 0, got {value}")
+    if not value < math.inf:   # NaN too
+        raise TopoError(f"{what}: latency must be finite, got {value}")
     return float(value), format_time(value)
