@@ -150,6 +150,10 @@ def simulate_serving(model, plan: ServingPlan, requests, *, topology=None, gpu: 
         from pathlib import Path
         given = Path(spec).is_file() or "gpus=" in spec.partition(":")[2]
         topology = make_topology(spec, gpus=None if given else servers_for(plan.num_gpus), gpu_type=gpu or None)
+    from topo.templates import NVLINK_DEFAULT_NOTE
+    if NVLINK_DEFAULT_NOTE in topology.notes:
+        from sim.inputs import resolve_default_nvlink
+        topology = resolve_default_nvlink(topology, db.gpu(gpu or topology.gpu_type))
     if int(topology.num_gpus) < plan.num_gpus:
         raise SimError(f"topology has {topology.num_gpus} GPUs; the deployment needs {plan.num_gpus} "
                        f"({plan.replicas} replicas x tp {plan.tp} x pp {plan.pp})")
