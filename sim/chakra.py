@@ -43,7 +43,6 @@ import gzip
 import json
 import os
 import re
-import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -51,6 +50,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from workload_gen.errors import ConfigFileError, WorkloadError
+from workload_gen.native_io import atomic_write_bytes
 from workload_gen.workload import ChunkProgram, CommOp, ComputeOp, StageProgram, Workload
 
 SCHEMA = "clustersim-chakra"
@@ -305,28 +305,6 @@ class _RankWriter:
         return self.nodes
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise ConfigFileError(f"{path}: cannot write ({exc.strerror})") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except OSError as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise ConfigFileError(f"{path}: cannot write ({exc.strerror})") from None
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def export_chakra(w: Workload, out_dir: str | os.PathLike, *, time_of: Callable[[ComputeOp], float],
                   timing: str = "", ranks: list[int] | None = None, prefix: str = "clustersim") -> ExportSummary:
     """Write `<prefix>.<rank>.et` for each rank (default: all) and comm_group.json into `out_dir`.
@@ -356,11 +334,11 @@ def export_chakra(w: Workload, out_dir: str | os.PathLike, *, time_of: Callable[
         for n in nodes:
             encode(buf, n)
         path = d / f"{prefix}.{r}.et"
-        _atomic_write_bytes(path, buf.getvalue())
+        atomic_write_bytes(path, buf.getvalue())
         files.append(str(path))
         counts[r] = len(nodes)
     groups = {pg: list(rk) for rk, pg in sorted(pg_ids.items(), key=lambda kv: int(kv[1]))}
-    _atomic_write_bytes(d / "comm_group.json", (json.dumps(groups, indent=1) + "\n").encode())
+    atomic_write_bytes(d / "comm_group.json", (json.dumps(groups, indent=1) + "\n").encode())
     return ExportSummary(directory=str(d), files=files, ranks=ranks, nodes_per_rank=counts, timing=timing)
 
 

@@ -19,9 +19,12 @@ import tempfile
 from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 
-from workload_gen.errors import ConfigFileError
+from workload_gen.errors import ConfigFileError, WorkloadError
+from workload_gen.limits import MAX_MICROBATCHES, allow_huge
 from workload_gen.model import ModelSpec
+from workload_gen.native_checks import SCHEDULES, DocError, check_stages, need_choice, need_int
 from workload_gen.plan import ParallelPlan
+from workload_gen.plan_validation import validate_plan
 from workload_gen.workload import COMPUTE_KINDS, ChunkProgram, CommOp, ComputeOp, StageProgram, Workload
 
 FORMAT = "clustersim-workload"
@@ -40,7 +43,12 @@ def check_output_path(path: str | os.PathLike) -> Path:
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write `text` to a temporary file beside `path`, then rename it into place.
+    """atomic_write_bytes of `text` in UTF-8."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write `data` to a temporary file beside `path`, then rename it into place.
 
     Errors name `path` (never the temporary name) as a one-line ConfigFileError."""
     path = check_output_path(path)
@@ -49,8 +57,8 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     except OSError as exc:
         raise ConfigFileError(f"{path}: cannot write ({exc.strerror})") from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)   # mkstemp creates 0600; give the file the user's usual mode
@@ -148,9 +156,14 @@ def workload_from_dict(doc: dict, source: str = "<workload>") -> Workload:
             raise ConfigFileError(f"{source}: key 'version': unsupported workload format version "
                                   f"{doc.get('version')!r} (this clustersim reads {Workload.FORMAT_VERSION})")
         where = "model"
+        if not isinstance(doc.get("model"), dict):
+            raise ConfigFileError(f"{source}: key 'model': must be an object")
         model = ModelSpec(**_model_fields(doc["model"]))
         where = "plan"
+        if not isinstance(doc.get("plan"), dict):
+            raise ConfigFileError(f"{source}: key 'plan': must be an object")
         plan = ParallelPlan(**doc["plan"])
+        _check_document(doc, model, plan)
         stages = []
         for si, st in enumerate(doc["stages"]):
             where = f"stages[{si}]"
@@ -163,15 +176,43 @@ def workload_from_dict(doc: dict, source: str = "<workload>") -> Workload:
                                        pp_send_bytes=st.get("pp_send_bytes", 0)))
         return Workload(model=model, plan=plan, stages=stages, schedule=doc["schedule"],
                         num_microbatches=doc["num_microbatches"], meta=doc.get("meta", {}))
+    except DocError as exc:
+        raise ConfigFileError(_keyed(source, str(exc))) from None
     except ConfigFileError:
         raise
+    except WorkloadError as exc:   # validate_plan: "model.<field>: ..." / "plan.<field>: ..."
+        raise ConfigFileError(_keyed(source, str(exc))) from None
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ConfigFileError(f"{source}: key '{where}': malformed workload document ({exc})") from None
+
+
+def _keyed(source: str, message: str) -> str:
+    """'<path>: <rule>' -> "<source>: key '<path>': <rule>" (the file format of every reader's errors)."""
+    path, _, rule = message.partition(": ")
+    return f"{source}: key '{path}': {rule}"
+
+
+def _check_document(doc: dict, model: ModelSpec, plan: ParallelPlan) -> None:
+    """The model and plan pass the same validation as the CLI's (bounds included); every stage, chunk and
+    op field is checked (native_checks). Raises WorkloadError with the key path (source added by caller)."""
+    validate_plan(model, plan)
+    need_choice("schedule", doc.get("schedule"), SCHEDULES)
+    need_int("num_microbatches", doc.get("num_microbatches"), 1, MAX_MICROBATCHES if not allow_huge() else 1 << 62)
+    if not isinstance(doc.get("meta", {}), dict):
+        raise DocError("meta: must be an object")
+    check_stages(doc, plan.pp, plan.vpp, model.num_layers)
 
 
 def save_workload(w: Workload, path: str | os.PathLike) -> None:
     """Write the workload as versioned JSON (atomic)."""
     atomic_write_text(path, json.dumps(workload_to_dict(w), separators=(",", ":")))
+
+
+def _line_of_byte(path, offset: int) -> int:
+    """1-based line of the first undecodable byte (json.load reads in one block, so `offset` is exact
+    unless the file started with a UTF-8 BOM; the line is then still right)."""
+    with open(path, "rb") as f:
+        return f.read(offset).count(b"\n") + 1
 
 
 def load_workload(path: str | os.PathLike) -> Workload:
@@ -181,6 +222,10 @@ def load_workload(path: str | os.PathLike) -> Workload:
             doc = json.load(f)
     except json.JSONDecodeError as exc:
         raise ConfigFileError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigFileError(f"{path}:{_line_of_byte(path, exc.start)}: not UTF-8 text") from None
+    except RecursionError:   # [[[[...]]]] nested deeper than the parser's stack
+        raise ConfigFileError(f"{path}: not a workload document (JSON nested too deeply)") from None
     if not isinstance(doc, dict):
         raise ConfigFileError(f"{path}: key 'format': expected a JSON object")
     return workload_from_dict(doc, str(path))

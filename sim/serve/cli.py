@@ -49,6 +49,20 @@ _PLAN_FLAGS = (  # (dest, flags, type, help) -> ServingPlan fields
 _PLAN_DEFAULTS = {f.name: f.default for f in fields(ServingPlan)}
 
 
+def add_length_args(group, trace_help: str) -> None:
+    """Request-length flags shared by `serve` and `serve-search` (workload_gen.requests.RequestConfig)."""
+    group.add_argument("--lengths", help="fixed | uniform | zipf | trace | chat | summarization | code (default "
+                                         "fixed; the trace's own lengths with --trace)")
+    group.add_argument("--prefill-tokens", type=int, help="fixed lengths: prompt tokens (default 2048)")
+    group.add_argument("--decode-tokens", type=int, help="fixed lengths: output tokens (default 512)")
+    group.add_argument("--min-tokens", type=int, help="uniform/zipf: shortest total length (default 1024)")
+    group.add_argument("--max-tokens", type=int, help="uniform/zipf: longest total length (default 4096)")
+    group.add_argument("--pd-ratio", type=float, help="uniform/zipf: prefill:decode ratio (default 20)")
+    group.add_argument("--trace", help=trace_help)
+    group.add_argument("--prefill-scale", type=float, help="trace lengths: multiply prompt lengths")
+    group.add_argument("--decode-scale", type=float, help="trace lengths: multiply output lengths")
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "serve", help="simulate LLM inference serving (no arguments: built-in example)",
@@ -75,18 +89,9 @@ def register(subparsers) -> None:
     r.add_argument("--qps", type=float, help="requests per second (poisson, gamma; default 1)")
     r.add_argument("--cv", type=float, help="coefficient of variation of gamma inter-arrival times")
     r.add_argument("--concurrency", type=int, help="closed loop: requests kept in flight (implies --arrival closed)")
-    r.add_argument("--lengths", help="fixed | uniform | zipf | trace | chat | summarization | code (default fixed; "
-                                     "the trace's own lengths with --trace)")
-    r.add_argument("--prefill-tokens", type=int, help="fixed lengths: prompt tokens (default 2048)")
-    r.add_argument("--decode-tokens", type=int, help="fixed lengths: output tokens (default 512)")
-    r.add_argument("--min-tokens", type=int, help="uniform/zipf: shortest total length (default 1024)")
-    r.add_argument("--max-tokens", type=int, help="uniform/zipf: longest total length (default 4096)")
-    r.add_argument("--pd-ratio", type=float, help="uniform/zipf: prefill:decode ratio (default 20)")
-    r.add_argument("--trace", help="trace CSV: arrived_at,num_prefill_tokens,num_decode_tokens (replay) or "
-                                   "num_prefill_tokens,num_decode_tokens (lengths); or chat | summarization | code")
+    add_length_args(r, trace_help="trace CSV: arrived_at,num_prefill_tokens,num_decode_tokens (replay) or "
+                                  "num_prefill_tokens,num_decode_tokens (lengths); or chat | summarization | code")
     r.add_argument("--time-scale", type=float, help="trace replay: multiply arrival times")
-    r.add_argument("--prefill-scale", type=float, help="trace lengths: multiply prompt lengths")
-    r.add_argument("--decode-scale", type=float, help="trace lengths: multiply output lengths")
     r.add_argument("--seed", type=int, default=None, help="seed of arrivals, lengths and the random router (default 0)")
     c = p.add_argument_group("cost model")
     c.add_argument("--network", "-N", choices=("analytical", "flow"), default="analytical",

@@ -13,6 +13,7 @@ import sys
 
 from sim.commands import add_calibration_args
 from sim.errors import SimError
+from sim.serve.cli import add_length_args
 from sim.serve.plan import ROUTERS, SCHEDULERS
 
 # A fixed request count lets a large deployment clear the whole stream as one burst whatever the rate (no
@@ -73,17 +74,8 @@ def register(subparsers) -> None:
                         "(default 60 when --requests is not given)")
     r.add_argument("--arrival", choices=("poisson", "gamma"), default="poisson", help="arrival process (default poisson)")
     r.add_argument("--cv", type=float, help="coefficient of variation of gamma inter-arrival times")
-    r.add_argument("--lengths", help="fixed | uniform | zipf | trace | chat | summarization | code (default fixed; "
-                                     "the trace's lengths with --trace)")
-    r.add_argument("--prefill-tokens", type=int, help="fixed lengths: prompt tokens (default 2048)")
-    r.add_argument("--decode-tokens", type=int, help="fixed lengths: output tokens (default 512)")
-    r.add_argument("--min-tokens", type=int, help="uniform/zipf: shortest total length (default 1024)")
-    r.add_argument("--max-tokens", type=int, help="uniform/zipf: longest total length (default 4096)")
-    r.add_argument("--pd-ratio", type=float, help="uniform/zipf: prefill:decode ratio (default 20)")
-    r.add_argument("--trace", help="lengths from a trace CSV (num_prefill_tokens,num_decode_tokens) or chat | "
-                                   "summarization | code")
-    r.add_argument("--prefill-scale", type=float, help="trace lengths: multiply prompt lengths")
-    r.add_argument("--decode-scale", type=float, help="trace lengths: multiply output lengths")
+    add_length_args(r, trace_help="lengths from a trace CSV (num_prefill_tokens,num_decode_tokens) or chat | "
+                                  "summarization | code")
     r.add_argument("--seed", type=int, default=0, help="seed of arrivals and lengths, the same at every rate (default 0)")
     c = p.add_argument_group("cost model")
     c.add_argument("--network", "-N", choices=("analytical", "flow"), default="analytical",
