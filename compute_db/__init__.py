@@ -6,6 +6,21 @@ KernelTime(time_s, source, basis); compute_db.gpus.get_gpu / list_gpus / load_gp
 compute_db.report.source_fractions.
 """
 
-from compute_db.db import ComputeDB, KernelTime, open_db
+# Public names, imported on first use so that light commands (`clustersim --help`) do not pay for numpy
+# and friends (PEP 562).
+_EXPORTS = {
+    "ComputeDB": "compute_db.db",
+    "KernelTime": "compute_db.db",
+    "open_db": "compute_db.db",
+}
+__all__ = sorted(_EXPORTS)
 
-__all__ = ["ComputeDB", "KernelTime", "open_db"]
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

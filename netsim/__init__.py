@@ -6,10 +6,24 @@ NetworkBackend; CollectiveRequest (netsim.api); NetCalibration and load_net_cali
 network constants, from `clustersim collective calibrate`); NetsimError.
 """
 
-from netsim.api import CollectiveRequest, NetworkBackend
-from netsim.backend import make_backend
-from netsim.errors import NetsimError
-from netsim.netcal import NetCalibration, load_net_calibration
+# Public names, imported on first use so that light commands (`clustersim --help`) do not pay for numpy
+# and friends (PEP 562).
+_EXPORTS = {
+    "CollectiveRequest": "netsim.api",
+    "NetCalibration": "netsim.netcal",
+    "NetworkBackend": "netsim.api",
+    "NetsimError": "netsim.errors",
+    "load_net_calibration": "netsim.netcal",
+    "make_backend": "netsim.backend",
+}
+__all__ = sorted(_EXPORTS)
 
-__all__ = ["CollectiveRequest", "NetCalibration", "NetworkBackend", "NetsimError", "load_net_calibration",
-           "make_backend"]
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

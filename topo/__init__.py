@@ -3,11 +3,27 @@
 Public API: Topology, Node, Link, build, read_simai_topology, write_simai_topology, Router.
 """
 
-from topo.errors import TopoError
-from topo.model import Link, Node, Topology
-from topo.routing import Router
-from topo.simai_file import read_simai_topology, write_simai_topology
-from topo.templates import TEMPLATES, build
+# Public names, imported on first use so that light commands (`clustersim --help`) do not pay for numpy
+# and friends (PEP 562).
+_EXPORTS = {
+    "TEMPLATES": "topo.templates",
+    "Link": "topo.model",
+    "Node": "topo.model",
+    "Router": "topo.routing",
+    "Topology": "topo.model",
+    "TopoError": "topo.errors",
+    "build": "topo.templates",
+    "read_simai_topology": "topo.simai_file",
+    "write_simai_topology": "topo.simai_file",
+}
+__all__ = sorted(_EXPORTS)
 
-__all__ = ["TEMPLATES", "Link", "Node", "Router", "Topology", "TopoError", "build",
-           "read_simai_topology", "write_simai_topology"]
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

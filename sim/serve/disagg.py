@@ -49,9 +49,9 @@ import pandas as pd
 from sim.errors import SimError
 from sim.serve.engine import ServeResult, _request_arrays, simulate
 from sim.serve.entities import BatchLog, PrefilledRequests, Request, TokenGaps
-from sim.serve.kv_transfer import KV_MODES, KVTransfer, rank_streams
+from sim.serve.kv_transfer import KVTransfer, rank_streams
 from sim.serve.metrics import SLO, format_summary, replica_frame, request_frame, summarize
-from sim.serve.plan import ServingPlan
+from sim.serve.plan import KV_MODES, ServingPlan
 
 POOLS = ("prefill", "decode")
 

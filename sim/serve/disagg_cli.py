@@ -17,8 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from sim.errors import SimError
-from sim.serve.kv_transfer import KV_MODES
-from sim.serve.plan import ROUTERS, SCHEDULERS
+from sim.serve.plan import KV_MODES, ROUTERS, SCHEDULERS
 
 DISAGG_FILES = ("kv_transfers.csv",)
 _POOL_FLAGS = (  # (suffix, ServingPlan field or None, type, help)

@@ -43,9 +43,7 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import SimError
-from sim.serve.plan import ServingPlan
-
-KV_MODES = ("layerwise", "whole")
+from sim.serve.plan import KV_MODES, ServingPlan
 
 
 @dataclass(frozen=True)

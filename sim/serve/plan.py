@@ -17,6 +17,7 @@ SCHEDULERS = ("vllm", "sarathi", "orca", "faster_transformer", "lightllm")
 ROUTERS = ("round_robin", "random", "least_outstanding")
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8")
 KV_DTYPES = ("bf16", "fp16", "fp8")
+KV_MODES = ("layerwise", "whole")        # disaggregated KV transfer (sim.serve.kv_transfer)
 
 
 @dataclass(frozen=True)

@@ -81,3 +81,11 @@ def test_a_short_flag_with_a_glued_number_still_parses():
     from sim.cli import build_parser
     args = build_parser().parse_args(["run", "-g16"])
     assert args.gpus == 16
+
+
+def test_help_builds_every_command_without_heavy_imports():
+    code = ("import sys; from sim.cli import build_parser; build_parser().format_help(); "
+            "print(sorted(m for m in ('numpy', 'pandas', 'matplotlib', 'networkx', 'numba', 'torch') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
