@@ -348,6 +348,9 @@ def cmd_import_aiob(args) -> int:
             raise ComputeDBError(f"{flag}: must be a positive integer, got {v}")
     rows, skipped = importers.import_aiob(args.file, gpu, model, args.tp, args.micro_batch, args.seq_length,
                                           args.dtype)
+    if not rows:   # an import of nothing is an error, not a success that changes nothing
+        why = f"every kernel's shape is undetermined: {', '.join(skipped)}" if skipped else "the file lists no kernel"
+        raise ComputeDBError(f"{args.file}: no AIOB kernel rows to import ({why[:200]})")
     n = _write(args.db, rows)
     print(f"imported {n} AIOB kernel rows for {gpu} into {args.db}")
     if skipped:
@@ -357,7 +360,10 @@ def cmd_import_aiob(args) -> int:
 
 def cmd_import_csv(args) -> int:
     from compute_db import store
-    n = store.write_rows(args.db, list(store.iter_csv(args.csv)))
+    rows = list(store.iter_csv(args.csv))
+    if not rows:   # an import of nothing is an error, not a success that changes nothing
+        raise ComputeDBError(f"{args.csv}: no data rows to import (only a header)")
+    n = store.write_rows(args.db, rows)
     print(f"imported {n} rows from {args.csv} into {args.db}")
     return 0
 

@@ -437,9 +437,13 @@ def parse_aiob_text(path: str | Path) -> tuple[int, dict[str, dict[str, float]]]
     """(train_iter, {kernel name: {max, min, avg} in seconds}) of an AIOB compute-timing file."""
     path = Path(path)
     try:
-        lines = path.read_text().splitlines()
+        raw = path.read_bytes()
+        lines = raw.decode("utf-8").splitlines()
     except OSError as exc:
         raise ComputeDBError(f"{path}: cannot read AIOB file ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ComputeDBError(f"{path}:{line}: not UTF-8 text") from None
     if not lines or not lines[0].startswith("train_iter:"):
         raise ComputeDBError(f"{path}:1: AIOB file must start with 'train_iter:<n>'")
     try:

@@ -123,6 +123,12 @@ def import_simumax_csv(csv_path: str | Path, gpu: str, source: str = SOURCE) -> 
         peak = _num(rec, "peak_tflops", where)
         if eff <= 0 or peak <= 0:
             raise ComputeDBError(f"{where}: efficiency and peak_tflops must be > 0 (got {eff:g}, {peak:g})")
+        # a GEMM cannot beat the peak; causal attention counted non-causally does half the counted work,
+        # so at most 2x (see the module docstring for the observed 1.2)
+        cap = 2.0 if rec.get("op") in ("sdp_fwd", "sdp_bwd") else 1.0
+        if eff > cap:
+            raise ComputeDBError(f"{where}: efficiency {eff:g} above {cap:g} for op {rec.get('op')!r} "
+                                 f"(faster than the GPU's peak)")
         got = row_key_and_flops(rec, where)
         if got is None:
             continue

@@ -533,8 +533,16 @@ def write_fresh(path: str | Path, rows: Iterable[KernelRow], figures: Iterable[F
 
 def _row_from_record(rec: tuple, where: str) -> KernelRow:
     (gpu, key, mean_s, median_s, min_s, std_s, samples, prov, source, device, driver, torch, cuda, date) = rec
-    return KernelRow(gpu, parse_key_text(key), float(mean_s), float(median_s), float(min_s), float(std_s),
-                     int(samples), prov, source, device or "", driver or "", torch or "", cuda or "", date or "")
+    w = f"{where}: row {key} ({source})"
+    try:   # SQLite keeps text in a REAL column as text: a hand-edited DB must fail here, in one line
+        row = KernelRow(gpu, parse_key_text(key), float(mean_s), float(median_s), float(min_s), float(std_s),
+                        int(samples), prov, source, device or "", driver or "", torch or "", cuda or "", date or "")
+    except ComputeDBError as exc:
+        raise ComputeDBError(f"{w}: {exc}") from None
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ComputeDBError(f"{w}: {exc}") from None
+    _check_row(row, w)
+    return row
 
 
 _SELECT = ("SELECT gpu, key, mean_s, median_s, min_s, std_s, samples, provenance, source, device, driver, "
@@ -710,7 +718,22 @@ def export_csv(db_path: str | Path, csv_path: str | Path, gpu: str | None = None
 def iter_csv(csv_path: str | Path) -> Iterator[KernelRow]:
     """Rows of a CSV written by export_csv (validated; errors name file:line)."""
     csv_path = Path(csv_path)
-    with open(csv_path, newline="") as fh:
+    try:
+        yield from _iter_csv(csv_path)
+    except UnicodeDecodeError:   # the text reader decodes in blocks: find the line from the bytes
+        data = csv_path.read_bytes()
+        try:
+            data.decode("utf-8")
+            line = 1
+        except UnicodeDecodeError as exc:
+            line = data.count(b"\n", 0, exc.start) + 1
+        raise ComputeDBError(f"{csv_path}:{line}: not UTF-8 text") from None
+    except csv.Error as exc:
+        raise ComputeDBError(f"{csv_path}: malformed CSV ({exc})") from None
+
+
+def _iter_csv(csv_path: Path) -> Iterator[KernelRow]:
+    with open(csv_path, newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
         missing = [c for c in ("gpu", "key", "median_s") if c not in (reader.fieldnames or [])]
         if missing:
@@ -729,7 +752,7 @@ def iter_csv(csv_path: str | Path) -> Iterator[KernelRow]:
                        if f.name in ("device", "driver", "torch", "cuda", "date")})
             except ComputeDBError as exc:
                 raise ComputeDBError(f"{where}: {exc}") from None
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, OverflowError) as exc:   # OverflowError: int(float("1e400"))
                 raise ComputeDBError(f"{where}: {exc}") from None
             _check_row(row, where)
             yield row

@@ -131,7 +131,7 @@ def open_job_db(job: dict):
     return open_db(job.get("db"), job.get("gpu_file"))
 
 
-def run_job(job: dict, progress: bool = False, trace: bool = False, row_key=None):
+def run_job(job: dict, progress: bool = False, trace: bool = False, row_key=None, return_inputs: bool = False):
     from sim.inputs import load_net_calibration
     from sim.simulation import simulate
     db = open_job_db(job)
@@ -145,7 +145,7 @@ def run_job(job: dict, progress: bool = False, trace: bool = False, row_key=None
                    net_calibration=cal, placement=job.get("mapping"), progress=progress, network_options=net_opts,
                    sampling=job.get("sampling") or "auto", trace=trace, row_key=row_key or _row_key_for(workload))
     rep.meta["fabric"] = job.get("fabric")
-    return rep
+    return (rep, workload, topology) if return_inputs else rep
 
 
 def _row_key_for(workload):
@@ -247,6 +247,7 @@ def _progress_wanted(args) -> bool:
 # ---------------------------------------------------------------- run
 def cmd_run(args) -> int:
     from sim.report import format_summary, write_results
+    from sim.train_cost import format_training
     if _is_default_run(args):
         job = dict(EXAMPLE_JOB)
         job.update({k: v for k, v in (("gpus", args.gpus), ("gpu", args.gpu), ("gpu_type", args.gpu_type),
@@ -258,8 +259,9 @@ def cmd_run(args) -> int:
         cluster = "32 x H100 on Spectrum-X 400 Gb/s"
         if args.fabric or args.gpu or args.gpu_type or args.gpus:
             cluster = "32 ranks on the cluster you gave"
-        print(f"clustersim run: built-in example — AICB GPT-7B (-m 7), {cluster}, "
-              "TP4 (SP) x PP2 x DP4, 8 micro-batches of 4096 tokens", file=sys.stderr)
+        if not getattr(args, "quiet", False):
+            print(f"clustersim run: built-in example — AICB GPT-7B (-m 7), {cluster}, "
+                  "TP4 (SP) x PP2 x DP4, 8 micro-batches of 4096 tokens", file=sys.stderr)
     else:
         job = _job_from_args(args)
     if job.get("simai"):
@@ -268,22 +270,38 @@ def cmd_run(args) -> int:
     if args.out != "-":
         from sim.report import check_out_dir
         check_out_dir(args.out)  # before minutes of simulation, not after
+    from sim.train_cost import load_training_inputs, training_wanted
+    train_inputs = load_training_inputs(args) if training_wanted(args) else None   # bad files fail early
+    from sim.report import parse_ranks
+    trace_ranks = parse_ranks(args.trace_ranks) if args.trace_ranks else None
     t0 = time.perf_counter()
-    rep = run_job(job, progress=_progress_wanted(args), trace=not args.no_trace or not args.no_charts)
+    rep, workload, topology = run_job(job, progress=_progress_wanted(args),
+                                      trace=not args.no_trace or not args.no_charts, return_inputs=True)
     wall = time.perf_counter() - t0
+    train = None
+    if train_inputs is not None:
+        from sim.train_cost import estimate_for_run
+        train = estimate_for_run(rep, workload, topology, train_inputs, job)
     name = Path(job["workload"]).name if job.get("workload") else (job.get("model") or "run")
     out = None
     if args.out != "-":
         out = write_results(rep, args.out, run_name=args.name or name, charts=not args.no_charts,
-                            trace=not args.no_trace, extra={k: v for k, v in job.items() if v is not None})
+                            trace=not args.no_trace, extra={k: v for k, v in job.items() if v is not None},
+                            trace_ranks=trace_ranks,
+                            sections={"training": train.to_dict()} if train else None,
+                            summary_tail=format_training(train) if train else "")
     if args.json:
         data = rep.to_dict()
+        if train:
+            data["training"] = train.to_dict()
         if args.explain:
             from sim.explain import explain_dict
             data["explain"] = explain_dict(rep)
         print(json.dumps(data, indent=2, default=str))
     else:
         print(format_summary(rep))
+        if train:
+            print(format_training(train))
         if args.explain:
             from sim.explain import format_explain
             print(format_explain(rep))
@@ -498,12 +516,16 @@ def register(subparsers) -> None:
     p.add_argument("--name", help="run name in EndToEnd.csv")
     p.add_argument("--no-charts", action="store_true", help="skip PNG charts")
     p.add_argument("--no-trace", action="store_true", help="skip the Chrome trace")
+    p.add_argument("--trace-ranks", metavar="LIST",
+                   help="ranks whose pipeline stages trace.json shows, e.g. 0,16 or 0-15 (default: every stage)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--explain", action="store_true",
                    help="also print which parts of the time rest on measurements and which on models")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     from sim.simai_compat import add_run_arguments
     add_run_arguments(p)
+    from sim.train_cost import add_training_arguments
+    add_training_arguments(p)
     p.set_defaults(func=cmd_run)
 
     c = subparsers.add_parser("compare", help="one workload across fabrics and/or plans: table + bar chart")

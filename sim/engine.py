@@ -107,6 +107,13 @@ class Handle:
     op: object = None            # the CommOp (exposed time is attributed to its per-layer row)
     owner: object = None         # _StageRun that issued it (contention model: in-flight comm)
     fp: object = None            # contention.Footprint while in flight
+    # per-collective record of a stage representative's operation (StepReport.collectives)
+    stage: int = -1              # issuing stage; -1: not an operation of a representative rank
+    collective: str = ""
+    size_bytes: int = 0
+    group_size: int = 0
+    peer_stage: int = -1         # pipeline sends: the receiving stage
+    exposed_s: float = 0.0       # compute-stream wait charged to it as exposed communication
 
 
 @dataclass
@@ -140,6 +147,7 @@ class EngineResult:
     rep_ranks: list[int]
     bypassed: int = 0       # collectives timed by backend.estimate (isolated NVLink kinds)
     isolated: tuple = ()
+    comm_log: list = field(default_factory=list)   # Handles of every stage representative's communication
 
 
 @dataclass
@@ -205,6 +213,7 @@ class Engine:
         self.contention_free = getattr(backend, "kind", "") == "analytical"
         self._est_cache: dict = {}
         self.trace: list = []
+        self.comm_log: list = []
         self.layers: dict = defaultdict(LayerStats)
         self.host = host
         self.contention = contention
@@ -469,7 +478,7 @@ class Engine:
         def after() -> None:
             if self.tracing:
                 self.trace.append((st.stage, f"comm:{kind}", handle.name, handle.start_s,
-                                   handle.done_s - handle.start_s, "comm"))
+                                   handle.done_s - handle.start_s, "comm", handle))
             self._stream_next(st, kind)
 
         handle.waiters.insert(0, after)
@@ -545,7 +554,7 @@ class Engine:
             r.stats.bubble_s += T - r.stats.end_s
         return EngineResult(iteration_time_s=T, stages=[r.stats for r in self.runs], layers=dict(self.layers),
                             trace=self.trace, comm_count=self.comm_count, rep_ranks=self.rep_ranks,
-                            bypassed=self.bypassed, isolated=tuple(sorted(self.isolated)))
+                            bypassed=self.bypassed, isolated=tuple(sorted(self.isolated)), comm_log=self.comm_log)
 
 
 _ROW_PREFIXES = (("embedding", "embedding_layer"), ("final_norm", "final_layer"), ("lm_head", "final_layer"),
@@ -685,7 +694,7 @@ class _StageRun:
     def _kernel_done(self, op, dur: float, t0: float, t1: float) -> None:
         eng = self.eng
         if eng.tracing:
-            eng.trace.append((self.stage, "compute", op.name, t0, t1 - t0, op.phase))
+            eng.trace.append((self.stage, "compute", op.name, t0, t1 - t0, op.phase, op))
         if self.record:
             row, col = self.rows[self.idx]
             eng.layers[row].compute_s[col] += t1 - t0
@@ -706,7 +715,8 @@ class _StageRun:
         t = max(self.clock, self.host) + (0.0 if op.is_comm else hm.kernel_gap_s)
         if t > self.clock:
             if self.eng.tracing and t - self.clock > hm.kernel_gap_s * 1.5:
-                self.eng.trace.append((self.stage, "compute", "host issue", self.clock, t - self.clock, "overhead"))
+                self.eng.trace.append((self.stage, "compute", "host issue", self.clock, t - self.clock, "overhead",
+                                       None))
             self.stats.overhead_s += t - self.clock
             self.clock = t
 
@@ -793,10 +803,11 @@ class _StageRun:
             inflight = max(0.0, eng._now - max(t0, handle.start_s)) if handle.start_s == handle.start_s else 0.0
             inflight = min(inflight, dt)
             self.stats.exposed_s["PP"] += inflight
+            handle.exposed_s += inflight
             self.stats.exposed_kind_s["pp"] = self.stats.exposed_kind_s.get("pp", 0.0) + inflight
             self.stats.bubble_s += dt - inflight
             if eng.tracing and dt > 0:
-                eng.trace.append((self.stage, "compute", "wait pipeline", t0, dt, "wait"))
+                eng.trace.append((self.stage, "compute", "wait pipeline", t0, dt, "wait", handle))
         else:
             # waiting for the other stages to reach a cross-stage collective is pipeline imbalance
             early = min(max(0.0, handle.rdv_s - t0), dt) if handle.rdv_s == handle.rdv_s else 0.0
@@ -804,11 +815,12 @@ class _StageRun:
             dt -= early
             self.stats.exposed_s[kind] += dt
             self.stats.exposed_kind_s[handle.kind] = self.stats.exposed_kind_s.get(handle.kind, 0.0) + dt
+            handle.exposed_s += dt
             op = handle.op if handle.op is not None else op
             if op is not None and self.record:
                 eng.layers[eng.row_key(op)].exposed_s[column_of(op)] += dt
             if eng.tracing and dt > 0:
-                eng.trace.append((self.stage, "compute", f"wait {handle.name}", t0, dt, "wait"))
+                eng.trace.append((self.stage, "compute", f"wait {handle.name}", t0, dt, "wait", handle))
         self.blocked_since = None
         self.clock = eng._now
         self.step()
@@ -842,7 +854,10 @@ class _StageRun:
         done = start + est
         self.fast_free[op.group] = done
         eng.bypassed += 1
-        h = Handle(kind=op.group, name=op.name, start_s=start, done_s=done, done=True, fast=True, op=op)
+        h = Handle(kind=op.group, name=op.name, start_s=start, done_s=done, done=True, fast=True, op=op,
+                   stage=self.stage, collective=op.collective, size_bytes=int(op.size_bytes),
+                   group_size=len(groups[0]) if groups else 1)
+        eng.comm_log.append(h)
         if eng.contention is not None:
             self._track(h, eng.footprint(self.stage, op, groups, est))
         if self.record:
@@ -852,7 +867,7 @@ class _StageRun:
             st.comm_bytes[col] += op.size_bytes
             st.comm_kind[col] = (op.collective, len(groups[0]))
         if eng.tracing:
-            eng.trace.append((self.stage, f"comm:{op.group}", op.name, start, est, "comm"))
+            eng.trace.append((self.stage, f"comm:{op.group}", op.name, start, est, "comm", h))
         return h
 
     def _fast_wait(self, h: Handle, op, rc=None) -> None:
@@ -862,6 +877,7 @@ class _StageRun:
         eng = self.eng
         self.stats.exposed_s[report_group(h.kind)] += dt
         self.stats.exposed_kind_s[h.kind] = self.stats.exposed_kind_s.get(h.kind, 0.0) + dt
+        h.exposed_s += dt
         if self.record and (h.op is not None or op is not None):
             if h.op is not None and h.op is not op:
                 rc = None
@@ -869,12 +885,15 @@ class _StageRun:
             row, col = rc if rc is not None else (eng.row_key(op), column_of(op))
             eng.layers[row].exposed_s[col] += dt
         if eng.tracing:
-            eng.trace.append((self.stage, "compute", f"wait {h.name}", self.clock, dt, "wait"))
+            eng.trace.append((self.stage, "compute", f"wait {h.name}", self.clock, dt, "wait", h))
         self.clock = h.done_s
 
     def _issue(self, op, now: float) -> Handle:
         eng = self.eng
-        handle = Handle(kind=op.group, name=op.name, op=op)
+        my_groups = eng._groups_for(op.group, self.stage)
+        handle = Handle(kind=op.group, name=op.name, op=op, stage=self.stage, collective=op.collective,
+                        size_bytes=int(op.size_bytes), group_size=len(my_groups[0]) if my_groups else 1)
+        eng.comm_log.append(handle)
         record = self.record
         row = eng.row_key(op) if record else None
         col = column_of(op) if record else None
@@ -958,6 +977,9 @@ class _StageRun:
             return
         pairs = eng._pp_pairs(self.stage, dst_stage)
         self.sent = True
+        handle.stage, handle.peer_stage, handle.collective = self.stage, dst_stage, "send"
+        handle.size_bytes, handle.group_size = size, 2
+        eng.comm_log.append(handle)
         if eng.host is not None and eng.host.sync_on_pipeline_p2p:   # only a device sync clears the list
             self.sent_handles.append(handle)
         if eng.contention is not None:
@@ -1062,7 +1084,7 @@ class _StageRun:
                             self._kernel_done(op, dur, self.clock, self._arith_end(op, self.clock, dur))
                             continue
                     if eng.tracing:
-                        eng.trace.append((self.stage, "compute", op.name, self.clock, dur, op.phase))
+                        eng.trace.append((self.stage, "compute", op.name, self.clock, dur, op.phase, op))
                     if self.record:
                         row, col = self.rows[self.idx]
                         eng.layers[row].compute_s[col] += dur

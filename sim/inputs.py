@@ -101,6 +101,8 @@ def make_plan(base=None, **fields):
             fields["dp"] = int(dp)
         except ValueError:
             raise SimError(f"plan field 'dp': expected an integer, got '{dp}'") from None
+        if fields["dp"] < 1:   # refused, not read as the default dp = 1
+            raise SimError(f"plan field 'dp': must be a positive integer (got {fields['dp']})")
     if "dp" in fields and "world_size" in fields:
         t = fields.get("tp", base.tp if base else 1) * fields.get("pp", base.pp if base else 1) \
             * fields.get("cp", base.cp if base else 1)
@@ -110,7 +112,7 @@ def make_plan(base=None, **fields):
     if base is None:
         world = fields.get("world_size")
         if world is None:
-            dp = int(fields.pop("dp", 1) or 1)
+            dp = int(fields.pop("dp", 1))
             world = dp * fields.get("tp", 1) * fields.get("pp", 1) * fields.get("cp", 1)
             fields["world_size"] = world
         fields.pop("dp", None)

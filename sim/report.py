@@ -3,8 +3,9 @@
 Everything is written into a temporary directory beside the target and renamed into place when
 complete (an existing results directory is replaced only after the new one is fully written).
 Trace: one process per pipeline stage's representative rank (all ranks of a stage run the same
-program, so these ranks are the sampled subset of any job size); threads are the compute stream and
-one communication stream per group kind. Times in the CSV are microseconds, bandwidths GiB/s (as SimAI).
+program, so these ranks are the sampled subset of any job size); threads are the compute stream,
+one communication stream per group kind and the pipeline receives; slices carry their arguments
+(sim.trace_args) and pipeline sends flow arrows to their receives. Times in the CSV are microseconds, bandwidths GiB/s (as SimAI).
 """
 
 from __future__ import annotations
@@ -101,31 +102,102 @@ def end_to_end_csv(rep, run_name: str = "clustersim") -> str:
     return "\n".join(out) + "\n"
 
 
-def chrome_trace(rep) -> dict:
-    """Chrome trace-event JSON (Perfetto loads it): pid = rank, tid = stream."""
+def parse_ranks(text: str) -> list[int]:
+    """'0,16' / '0-15,32' -> rank list (the --trace-ranks flag)."""
+    ranks = []
+    for part in str(text).split(","):
+        a, dash, b = part.strip().partition("-")
+        try:
+            lo = int(a)
+            hi = int(b) if dash else lo
+        except ValueError:
+            raise SimError(f"--trace-ranks: '{part.strip()}' is not a rank or a range a-b "
+                           "(expected e.g. 0,16 or 0-15)") from None
+        if lo < 0 or hi < lo:
+            raise SimError(f"--trace-ranks: '{part.strip()}' is not a rank or a range a-b with 0 <= a <= b")
+        ranks.extend(range(lo, hi + 1))
+    return ranks
+
+
+def _trace_stages(rep, ranks) -> list[int]:
+    """Stages whose representative's timeline the trace shows: all, or those holding `ranks`."""
+    if ranks is None:
+        return list(range(len(rep.rep_ranks)))
+    world = len(rep.rank_stage)
+    stages = set()
+    for r in ranks:
+        if not 0 <= int(r) < world:
+            raise SimError(f"--trace-ranks: rank {r} is not a rank of this job (0..{world - 1})")
+        stages.add(int(rep.rank_stage[int(r)]))
+    return sorted(stages)
+
+
+def chrome_trace(rep, ranks=None) -> dict:
+    """Chrome trace-event JSON (Perfetto loads it): pid = a stage's representative rank, tid = stream.
+
+    Slices carry their arguments (sim.trace_args). Every pipeline send is drawn on the sender's
+    comm:pp_next / comm:pp_prev thread and as a receive on the receiver's comm:pp_recv_act /
+    comm:pp_recv_grad thread over the same interval (NCCL runs a send/recv pair together), joined by a
+    flow arrow (ph s -> f). ranks: None (every stage) or ranks whose stages are shown (all ranks of a
+    stage run its representative's program; the representative is the simulated one).
+    """
+    stages = _trace_stages(rep, ranks)
+    shown = set(stages)
+    asked: dict[int, list[int]] = {}
+    for r in ranks or ():
+        asked.setdefault(int(rep.rank_stage[int(r)]), []).append(int(r))
     events = []
     tids: dict[tuple[int, str], int] = {}
-    for i, rank in enumerate(rep.rep_ranks):
+    for i in stages:
+        rank = rep.rep_ranks[i]
         gpu = rep.rep_gpus[i] if i < len(rep.rep_gpus) else rank
-        events.append({"ph": "M", "pid": rank, "name": "process_name",
-                       "args": {"name": f"rank {rank} (stage {i}, GPU {gpu})"}})
+        label = f"rank {rank} (stage {i}, GPU {gpu})"
+        if asked.get(i) and asked[i] != [rank]:
+            label += f"; stands for rank(s) {', '.join(map(str, sorted(set(asked[i]))))} of the stage"
+        events.append({"ph": "M", "pid": rank, "name": "process_name", "args": {"name": label}})
         events.append({"ph": "M", "pid": rank, "name": "process_sort_index", "args": {"sort_index": i}})
-    for stage, thread, name, start, dur, cat in rep.trace:
-        pid = rep.rep_ranks[stage]
-        key = (pid, thread)
-        tid = tids.get(key)
+
+    def tid_of(pid: int, thread: str) -> int:
+        tid = tids.get((pid, thread))
         if tid is None:
             tid = len([k for k in tids if k[0] == pid])
-            tids[key] = tid
+            tids[(pid, thread)] = tid
             events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": thread}})
+        return tid
+
+    flow_id = 0
+    for ev in rep.trace:
+        stage, thread, name, start, dur, cat = ev[:6]
+        if stage not in shown:
+            continue
+        args = ev[6] if len(ev) > 6 else None
+        pid = rep.rep_ranks[stage]
+        tid = tid_of(pid, thread)
         # round both ends, not start and duration: back-to-back events must not overlap by a rounding
         # nanosecond (Perfetto treats partially overlapping slices of one thread as mis-nested)
         ts_ns = round(start * 1e9)
         end_ns = max(round((start + max(dur, 0.0)) * 1e9), ts_ns)
-        events.append({"ph": "X", "pid": pid, "tid": tid, "name": name, "cat": cat,
-                       "ts": ts_ns / 1000, "dur": (end_ns - ts_ns) / 1000})
+        x = {"ph": "X", "pid": pid, "tid": tid, "name": name, "cat": cat,
+             "ts": ts_ns / 1000, "dur": (end_ns - ts_ns) / 1000}
+        if args:
+            x["args"] = args
+        events.append(x)
+        peer = args.get("peer_stage", -1) if args and cat == "comm" else -1
+        if peer >= 0 and peer in shown:
+            flow_id += 1
+            rpid = rep.rep_ranks[peer]
+            rthread = "comm:pp_recv_act" if thread == "comm:pp_next" else "comm:pp_recv_grad"
+            rtid = tid_of(rpid, rthread)
+            events.append({"ph": "X", "pid": rpid, "tid": rtid, "name": f"recv {name}", "cat": "comm",
+                           "ts": ts_ns / 1000, "dur": (end_ns - ts_ns) / 1000,
+                           "args": {**args, "collective": "recv", "from_stage": stage}})
+            events.append({"ph": "s", "id": flow_id, "pid": pid, "tid": tid, "ts": ts_ns / 1000,
+                           "name": "pipeline send", "cat": "pp_flow"})
+            events.append({"ph": "f", "bp": "e", "id": flow_id, "pid": rpid, "tid": rtid, "ts": ts_ns / 1000,
+                           "name": "pipeline send", "cat": "pp_flow"})
     return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"generator": "clustersim", "iteration_time_s": rep.iteration_time_s}}
+            "otherData": {"generator": "clustersim", "iteration_time_s": rep.iteration_time_s,
+                          "stages_shown": stages, "pipeline_flows": flow_id}}
 
 
 _COLORS = {"compute": "#4c72b0", "TP": "#dd8452", "CP": "#937860", "EP": "#8172b3", "DP": "#c44e52",
@@ -167,7 +239,8 @@ def plot_timeline(rep, path: Path) -> None:
     from matplotlib.patches import Patch
     n = len(rep.rep_ranks)
     bars: dict[tuple[int, str], list] = {}
-    for stage, thread, _name, start, dur, cat in rep.trace:
+    for ev in rep.trace:
+        stage, thread, _name, start, dur, cat = ev[:6]
         if dur <= 0 or cat in ("wait", "overhead"):
             continue          # idle time (waits, launch/host overhead) is the background
         if thread == "compute":
@@ -294,18 +367,23 @@ def _json_default(x):
 
 
 def write_results(rep, out_dir: str | Path, run_name: str = "clustersim", charts: bool = True,
-                  trace: bool = True, extra: dict | None = None) -> Path:
-    """Write summary.json, summary.txt, EndToEnd.csv, trace.json and PNG charts into `out_dir`."""
+                  trace: bool = True, extra: dict | None = None, trace_ranks=None, sections: dict | None = None,
+                  summary_tail: str = "") -> Path:
+    """Write summary.json, summary.txt, EndToEnd.csv, trace.json and PNG charts into `out_dir`.
+    trace_ranks: None (every stage in trace.json) or ranks whose stages it shows (chrome_trace)."""
+    if trace and rep.trace:
+        _trace_stages(rep, trace_ranks)      # a bad rank fails before anything is written
     def write(tmp: Path) -> None:
         data = rep.to_dict()
         if extra:
             data["inputs"] = extra
+        data.update(sections or {})   # more top-level keys (e.g. "training": sim.train_cost)
         (tmp / "summary.json").write_text(json.dumps(data, indent=2, default=_json_default) + "\n")
-        (tmp / "summary.txt").write_text(format_summary(rep) + "\n")
+        (tmp / "summary.txt").write_text(format_summary(rep) + (f"\n{summary_tail}" if summary_tail else "") + "\n")
         (tmp / "EndToEnd.csv").write_text(end_to_end_csv(rep, run_name))
         if trace and rep.trace:
             with open(tmp / "trace.json", "w") as fh:
-                json.dump(chrome_trace(rep), fh, separators=(",", ":"))
+                json.dump(chrome_trace(rep, trace_ranks), fh, separators=(",", ":"))
         if charts:
             plot_breakdown(rep, tmp / "breakdown.png")
             if rep.trace:

@@ -13,6 +13,11 @@ Formulas reported (all per iteration, T = iteration time):
   ("measured", "interpolated", "modeled", "given").
 - memory: peak per-GPU memory of the plan (sim.analysis.memory) against the GPU's HBM
   (sim.memory_fit); fields are None for imported SimAI workloads.
+
+Tables (StepReport.to_dataframe): "stages" (one row per pipeline stage's representative rank; column means
+are the summary's split), "layers" (per-layer rows of stage 0's representative, as EndToEnd.csv),
+"collectives" (every communication operation of every representative rank, pipeline sends included;
+exposed_s summed per stage and group is the stage's exposed time).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from sim.engine import REPORT_KEYS, Engine
+from sim.engine import REPORT_KEYS, Engine, report_group
 from sim.errors import SimError
 from sim.placement import Placement, place
 
@@ -55,6 +60,8 @@ class StepReport:
     rep_gpus: list = field(default_factory=list, repr=False)
     memory: dict | None = None      # sim.memory_fit.memory_fit: peak bytes per GPU, capacity, fits
     kernel_time_by_family: dict = field(default_factory=dict)   # family -> provenance -> nominal kernel s
+    collectives: list = field(default_factory=list, repr=False)  # one dict per communication operation
+    rank_stage: list = field(default_factory=list, repr=False)   # rank -> pipeline stage
 
     FORMULAS = {
         "mfu": "model FLOPs (no recompute) of all ranks / (world_size * iteration_time_s * peak dense FLOP/s of plan dtype)",
@@ -72,6 +79,17 @@ class StepReport:
     @property
     def exposed_total_s(self) -> float:
         return sum(self.exposed_comm_s.values())
+
+    TABLES = ("stages", "layers", "collectives")
+
+    def to_dataframe(self, table: str = "stages"):
+        """A pandas DataFrame of one table (TABLES): stages, layers or collectives (seconds, bytes)."""
+        from sim.frames import step_frame
+        return step_frame(self, table)
+
+    def _repr_html_(self) -> str:
+        from sim.frames import step_html
+        return step_html(self)
 
     def to_dict(self) -> dict:
         return {
@@ -254,6 +272,10 @@ def simulate(workload, topology, *, gpu: str, network="flow", db=None, placement
         "compute_db": _db_name(db),
         "wall_time_s": time.perf_counter() - t_wall,
     }
+    trace_events = res.trace
+    if trace:
+        from sim.trace_args import annotate
+        trace_events = annotate(res.trace, times, sources, eng, backend)
     return StepReport(
         iteration_time_s=T, compute_s=compute, exposed_comm_s=exposed, bubble_s=bubble,
         # NaN when the workload does not say (SimAI files carry kernel times, no FLOPs or sequence length)
@@ -261,5 +283,26 @@ def simulate(workload, topology, *, gpu: str, network="flow", db=None, placement
         tflops_per_gpu=executed / (world * T) / 1e12 if T > 0 and executed > 0 else math.nan,
         tokens_per_s_per_gpu=tokens / (T * world) if T > 0 and meta["tokens_known"] else math.nan,
         compute_sources={k: v / total_kernel for k, v in sorted(by_source.items())},
-        overhead_s=overhead, overlap_slowdown_s=slowdown, kernel_time_by_family=by_family, stages=stages, exposed_by_group_kind_s=by_kind, meta=meta, layers=res.layers, trace=res.trace,
-        rep_ranks=res.rep_ranks, rep_gpus=[pl.gpu_of(r) for r in res.rep_ranks], memory=memory)
+        overhead_s=overhead, overlap_slowdown_s=slowdown, kernel_time_by_family=by_family, stages=stages, exposed_by_group_kind_s=by_kind, meta=meta, layers=res.layers, trace=trace_events,
+        rep_ranks=res.rep_ranks, rep_gpus=[pl.gpu_of(r) for r in res.rep_ranks], memory=memory,
+        collectives=_collective_rows(res.comm_log, res.rep_ranks, eng.row_key),
+        rank_stage=[pl.stage_of(r) for r in range(world)])
+
+
+def _collective_rows(log, rep_ranks, row_key) -> list[dict]:
+    """Plain rows of the engine's communication log (times in s from the iteration start)."""
+    rows = []
+    for h in log:
+        op = h.op
+        pp = h.kind == "pp"
+        rows.append({
+            "stage": h.stage, "rank": rep_ranks[h.stage], "group": h.kind,
+            "report_group": "PP" if pp else report_group(h.kind), "name": h.name,
+            "collective": h.collective, "size_bytes": h.size_bytes, "group_size": h.group_size,
+            "peer_stage": h.peer_stage if pp else None,
+            "layer": "pipeline" if pp else row_key(op), "phase": getattr(op, "phase", "pipeline"),
+            "blocking": bool(op.blocking) if op is not None else False,
+            "timing": "estimate" if h.fast else "network",
+            "start_s": h.start_s, "end_s": h.done_s, "duration_s": h.done_s - h.start_s,
+            "exposed_s": h.exposed_s})
+    return rows

@@ -191,8 +191,9 @@ def build(template: str, **params) -> Topology:
         error_rate = float(p["error_rate"])
     except (TypeError, ValueError):
         raise TopoError(f"{fl('error_rate')}: expected a number, got {p['error_rate']!r}") from None
-    if not 0.0 <= error_rate <= 1.0:   # a per-packet loss probability (ns-3 error model)
-        raise TopoError(f"{fl('error_rate')}: error rate must be between 0 and 1, got {p['error_rate']!r}")
+    if not 0.0 <= error_rate < 1.0:   # a per-packet loss probability (ns-3 error model); 1 loses every packet
+        raise TopoError(f"{fl('error_rate')}: error rate must be between 0 and 1 (1 excluded), "
+                        f"got {p['error_rate']!r}")
     spec = FabricSpec(
         gpus=_int(p, "gpus", fl("gpus")), gpus_per_server=_int(p, "gpus_per_server", fl("gpus_per_server")),
         gpu_type=str(p["gpu_type"]), error_rate=error_rate,

@@ -19,6 +19,7 @@ MAX_PP = 1_024                    # pipeline stages (also <= layers)
 MAX_MICROBATCHES = 16_384         # micro-batches per iteration per DP rank (gbs / (mbs * dp))
 MAX_DIM = 16_777_216              # hidden/FFN/vocab/sequence/heads/batch-size-like integers (2^24)
 MAX_OPS = 5_000_000               # ops in one native workload document
+MAX_TRACE_REQUESTS = 2_000_000    # rows of a request trace CSV (serving)
 
 
 def allow_huge() -> bool:

@@ -113,10 +113,11 @@ _BUCKET_BOUND = 1 << 40   # elements; buckets only split a size, they allocate n
 
 
 def _check_types(plan: ParallelPlan) -> None:
-    _positive("plan", "world_size", plan.world_size, bound=MAX_WORLD_SIZE)
+    # degrees first: a world size derived from a bad --tp/--pp would otherwise take the blame
     _positive("plan", "pp", plan.pp, bound=MAX_PP)
     for f in ("tp", "cp", "ep", "vpp"):
         _positive("plan", f, getattr(plan, f), bound=MAX_WORLD_SIZE)
+    _positive("plan", "world_size", plan.world_size, bound=MAX_WORLD_SIZE)
     for f in ("micro_batch_size", "global_batch_size", "seq_length"):
         _positive("plan", f, getattr(plan, f))
     for f in ("reduce_bucket_elements", "allgather_bucket_elements", "grad_bucket_elements"):

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from workload_gen.errors import WorkloadError
+from workload_gen.limits import ALLOW_HUGE_ENV, MAX_TRACE_REQUESTS, allow_huge
 from workload_gen.traces import EXAMPLES, TraceRows, read_trace
 
 ARRIVALS = ("poisson", "gamma", "static", "closed", "trace")
@@ -303,6 +304,11 @@ def make_requests(cfg: RequestConfig) -> RequestSet | ClosedLoop:
             raise WorkloadError(f"num_requests is required for arrival {cfg.arrival!r}")
         if n is None and cfg.duration_s is None:
             raise WorkloadError("give num_requests or duration_s")
+        expected = n if n is not None else cfg.qps * cfg.duration_s if cfg.arrival in ("poisson", "gamma") else 0
+        if expected > MAX_TRACE_REQUESTS and not allow_huge():   # before the arrival arrays are allocated
+            what = "num_requests" if n is not None else "qps x duration_s"
+            raise WorkloadError(f"{what}: {expected:.12g} requests exceed the limit of {MAX_TRACE_REQUESTS:,} "
+                                f"(set {ALLOW_HUGE_ENV}=1 to run it anyway)")
         if cfg.arrival == "poisson":
             arrivals = poisson_arrivals(rng_arr, cfg.qps, n, cfg.duration_s)
             source = f"poisson {cfg.qps:g} req/s"

@@ -212,6 +212,7 @@ def _read_lines(path: str) -> tuple[dict, list[_Line], list[tuple[int, str]], st
         ns = (_int(t[2], where, "forward compute time", 0, MAX_NS),
               _int(t[5], where, "input-grad compute time", 0, MAX_NS),
               _int(t[8], where, "weight-grad compute time", 0, MAX_NS))
+        _int(t[11], where, "weight-grad update time", 0, MAX_NS)   # validated; the reader does not use it
         comms, sizes = [], []
         for col, ci, si in (("fwd", 3, 4), ("ig", 6, 7), ("wg", 9, 10)):
             size = _int(t[si], where, f"{col} comm size", 0, MAX_BYTES)

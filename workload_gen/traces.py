@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from workload_gen.errors import WorkloadError
+from workload_gen.limits import ALLOW_HUGE_ENV, MAX_DIM, MAX_TRACE_REQUESTS, allow_huge
 
 REPLAY_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 LENGTH_COLUMNS = ("num_prefill_tokens", "num_decode_tokens")
@@ -68,20 +69,36 @@ def resolve_trace(name_or_path: str) -> Path:
 
 
 def _int_field(text: str, col: str, where: str) -> int:
-    try:
-        v = int(text.strip())
-    except ValueError:
-        raise WorkloadError(f"{where}: {col} {text.strip()!r} is not an integer") from None
+    t = text.strip()
+    digits = t[1:] if t[:1] in "+-" else t
+    if not (digits.isascii() and digits.isdigit()):   # int() would also take '1_000' and 400-digit numbers
+        raise WorkloadError(f"{where}: {col} {t[:40]!r} is not an integer")
+    if len(digits) > 12 or int(t) > MAX_DIM:
+        if not allow_huge() or len(digits) > 18:   # int64 arrays hold the columns
+            raise WorkloadError(f"{where}: {col} {t[:40]} exceeds the limit of {MAX_DIM:,} tokens "
+                                f"(set {ALLOW_HUGE_ENV}=1 to read it anyway)")
+    v = int(t)
     if v < 1:
         raise WorkloadError(f"{where}: {col} must be >= 1 (got {v})")
     return v
+
+
+def _bad_utf8_line(p: Path) -> int:
+    """1-based line of the first byte that is not UTF-8 (the text reader decodes in blocks, so its own
+    line count may lag)."""
+    data = p.read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return data.count(b"\n", 0, exc.start) + 1
+    return 1
 
 
 def read_trace(path: str | Path, need_arrivals: bool = False) -> TraceRows:
     """Read a replay or lengths-only trace; `need_arrivals` requires the arrived_at column."""
     p = resolve_trace(str(path))
     try:
-        f = open(p, newline="")
+        f = open(p, newline="", encoding="utf-8")
     except OSError as exc:
         raise WorkloadError(f"{path}: cannot read the trace ({exc.strerror})") from None
     lines, pre, dec, arr = [], [], [], []
@@ -105,6 +122,9 @@ def read_trace(path: str | Path, need_arrivals: bool = False) -> TraceRows:
                 if not row or all(not c.strip() for c in row):
                     continue
                 where = f"{p}:{ln}"
+                if len(lines) >= MAX_TRACE_REQUESTS and not allow_huge():
+                    raise WorkloadError(f"{where}: more than {MAX_TRACE_REQUESTS:,} requests in the trace "
+                                        f"(set {ALLOW_HUGE_ENV}=1 to read it anyway)")
                 if len(row) != ncol:
                     raise WorkloadError(f"{where}: expected {ncol} columns ({','.join(names)}), got {len(row)}")
                 pre.append(_int_field(row[ip], "num_prefill_tokens", where))
@@ -125,7 +145,7 @@ def read_trace(path: str | Path, need_arrivals: bool = False) -> TraceRows:
         except csv.Error as exc:
             raise WorkloadError(f"{p}:{reader.line_num}: malformed CSV ({exc})") from None
         except UnicodeDecodeError:
-            raise WorkloadError(f"{p}: not a text CSV file") from None
+            raise WorkloadError(f"{p}:{_bad_utf8_line(p)}: not UTF-8 text") from None
     if not lines:
         raise WorkloadError(f"{p}: the trace holds no requests")
     return TraceRows(str(p), np.asarray(lines, dtype=np.int64), np.asarray(pre, dtype=np.int64),

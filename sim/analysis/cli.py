@@ -141,11 +141,14 @@ def _plan_from_args(args, model):
         plan = dataclasses.replace(plan, **over)
         _check_plan(model, plan, where, bool(raw))   # names the file and the user's key
         return plan
-    world = args.world_size or args.tp * args.cp * args.pp
-    dp = max(1, world // (args.tp * args.cp * args.pp))
+    # `is None`, not `or`: a 0 the user typed must reach validate_plan, not turn into the default
+    world = args.world_size if args.world_size is not None else args.tp * args.cp * args.pp
+    mp = args.tp * args.cp * args.pp
+    dp = max(1, world // mp) if mp > 0 else 1   # tp/cp/pp <= 0: validate_plan names the field
     return ParallelPlan(world_size=world, tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, ep=args.ep,
                         etp=args.etp, sequence_parallel=args.sp, micro_batch_size=args.mbs,
-                        global_batch_size=args.gbs or args.mbs * dp, seq_length=args.seq or model.seq_length,
+                        global_batch_size=args.gbs if args.gbs is not None else args.mbs * dp,
+                        seq_length=args.seq if args.seq is not None else model.seq_length,
                         recompute=args.recompute, recompute_num_layers=args.recompute_layers,
                         distributed_optimizer=args.dist_opt, zero_stage=args.zero,
                         framework="deepspeed" if args.zero else "megatron", flash_attention=not args.no_flash,

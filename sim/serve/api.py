@@ -60,6 +60,28 @@ class ServingRun:
     def batches(self) -> pd.DataFrame:
         return batch_frame(self.result)
 
+    def to_dataframe(self, table: str = "requests") -> pd.DataFrame:
+        """One table: "requests" (one row per request), "replicas" or "batches" (one row per batch)."""
+        frames = {"requests": lambda: self.requests, "replicas": lambda: self.replicas, "batches": lambda: self.batches}
+        if table not in frames:
+            raise SimError(f"table '{table}': expected one of {', '.join(frames)}")
+        return frames[table]()
+
+    def _repr_html_(self) -> str:
+        import html
+        t = self.summary.get("throughput", {})
+        rows = [("model", getattr(self.model, "name", "")), ("GPU", self.gpu),
+                ("requests", str(len(self.requests)))]
+        rows += [(k, f"{v['value']:.4g}") for k, v in t.items() if isinstance(v, dict) and v.get("value") is not None]
+        for k in ("ttft_s", "tpot_s", "e2e_s"):
+            m = self.summary.get("metrics", {}).get(k) or {}
+            if m.get("p50") is not None:
+                rows.append((f"{k} p50 / p99", f"{m['p50']:.4g} / {m['p99']:.4g}"))
+        body = "".join(f"<tr><th style='text-align:left'>{html.escape(str(a))}</th><td>{html.escape(str(b))}</td>"
+                       "</tr>" for a, b in rows)
+        return (f"<div class='clustersim-serving'><b>clustersim ServingRun</b><table>{body}</table>"
+                "<small>run.to_dataframe('requests' | 'replicas' | 'batches')</small></div>")
+
     def kernel_provenance(self) -> dict[str, float]:
         """Fraction of simulated kernel time per compute_db source (measured / interpolated / modeled)."""
         prov = self.timer.provenance_s()

@@ -136,7 +136,7 @@ def test_trace_slices_of_one_thread_never_overlap(tmp_path):
     trace = json.loads((out / "trace.json").read_text())
     threads = defaultdict(list)
     for e in trace["traceEvents"]:
-        assert e["ph"] in ("X", "M")
+        assert e["ph"] in ("X", "M", "s", "f")   # slices, metadata, send -> receive flow arrows
         if e["ph"] == "X":
             assert e["dur"] >= 0 and e["ts"] >= 0
             threads[(e["pid"], e["tid"])].append((round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)))

@@ -66,7 +66,8 @@ def test_native_round_trip_keeps_moe_layer_pattern(tmp_path):
     (lambda d: d.update(version=99), "key 'version'"),
     (lambda d: d.update(format="x"), "key 'format'"),
     (lambda d: d["plan"].update(bogus=1), "key 'plan'"),
-    (lambda d: d["stages"][1]["chunks"][0]["forward"][0].update(op="weird"), r"key 'stages\[1\]'"),
+    (lambda d: d["stages"][1]["chunks"][0]["forward"][0].update(op="weird"),
+     r"key 'stages\[1\]\.chunks\[0\]\.forward\[0\]\.op': must be one of compute, comm"),
 ])
 def test_bad_documents_name_the_key(tmp_path, workload, mutate, msg):
     p = tmp_path / "w.json"

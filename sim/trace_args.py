@@ -1,0 +1,77 @@
+"""Arguments of trace slices (shown by Perfetto when a slice is selected).
+
+The engine's trace entries are (stage, thread, name, start_s, dur_s, category, ref) with ref the
+ComputeOp of a kernel, the engine Handle of a communication or of a wait, or None. annotate() replaces
+ref by a plain dict, shared by every slice of the same op / operation kind:
+- kernel: kind, shape (dims), dtype, flops, bytes, provenance (compute_db source or "given"),
+  time_alone_s (the kernel's time without communication in flight), layer, variant;
+- communication: collective, group (raw kind), group_size, size_bytes, algorithm and protocol (netsim's
+  choice for the representative group; "n/a" for a backend without a planner), timing ("network":
+  event-driven on the backend, "estimate": idle-network time of an isolated kind), stage and, for
+  pipeline sends, peer_stage (the receiving stage; report.chrome_trace draws its flow arrow);
+- wait: the operation waited for (name, group); host issue: its cause.
+Units: seconds, bytes, FLOPs.
+"""
+
+from __future__ import annotations
+
+
+def _algorithm(backend, collective: str, gpus: tuple, size_bytes: int) -> tuple[str, str]:
+    planner = getattr(backend, "planner", None)
+    if planner is None or len(gpus) < 2:
+        return "n/a", "n/a"
+    from netsim.api import CollectiveRequest
+    from netsim.calibration import PROTOCOL_NAMES
+    choice = planner.choose(CollectiveRequest(collective, tuple(gpus), max(int(size_bytes), 1)))
+    return str(choice[3]), str(PROTOCOL_NAMES.get(choice[4], choice[4]))
+
+
+_HOST = {"cause": "kernel launch gap and host issue (sim.overheads)"}
+
+
+def annotate(trace: list, times: dict, sources: dict, engine, backend) -> list:
+    """The trace with each entry's last element replaced by its argument dict (None for host issue)."""
+    cache: dict = {}
+
+    def kernel_args(op) -> dict:
+        got = cache.get(id(op))
+        if got is None:
+            got = cache[id(op)] = {
+                "kind": op.kind, "shape": dict(op.shape), "dtype": op.dtype, "flops": float(op.flops),
+                "bytes": float(op.bytes), "provenance": sources.get(id(op), "n/a"),
+                "time_alone_s": times.get(id(op)), "layer": op.layer, "variant": op.variant}
+        return got
+
+    def comm_args(h) -> dict:
+        pp = h.kind == "pp"
+        key = ("c", h.stage, h.kind, h.collective, h.size_bytes, h.fast, h.peer_stage if pp else -1)
+        got = cache.get(key)
+        if got is None:
+            if pp:
+                gpus = engine._pp_pairs(h.stage, h.peer_stage)[0]
+            else:
+                gpus = engine._groups_for(h.kind, h.stage)[0]
+            alg, proto = _algorithm(backend, h.collective, gpus, h.size_bytes)
+            got = {"collective": h.collective, "group": h.kind, "group_size": h.group_size,
+                   "size_bytes": h.size_bytes, "algorithm": alg, "protocol": proto,
+                   "timing": "estimate" if h.fast else "network", "stage": h.stage}
+            if pp:
+                got["peer_stage"] = h.peer_stage
+            cache[key] = got
+        return got
+
+    out = []
+    for ev in trace:
+        ref = ev[6] if len(ev) > 6 else None
+        if ref is None:
+            args = _HOST if ev[5] == "overhead" else None
+        elif not getattr(ref, "is_comm", True):
+            args = kernel_args(ref)
+        elif ev[5] == "wait":
+            args = {"waits_for": ref.name, "group": ref.kind}
+        elif ref.stage >= 0:
+            args = comm_args(ref)
+        else:
+            args = {"group": ref.kind}
+        out.append(ev[:6] + (args,))
+    return out

@@ -1,0 +1,235 @@
+"""Time, cost and energy to train (issue 14, items 4 and 5) from one simulated iteration.
+
+- tokens per iteration = global_batch_size x seq_length; iterations = ceil(train_tokens / that).
+- failure-free time T_s = iterations x iteration_time_s; expected wall time T_w = T_s / goodput
+  (sim.goodput: Daly's model, checkpoint interval Daly's optimum unless given).
+- cost: you pay for every GPU-hour of wall time: world x $/GPU-hour (sim.pricing) x T_w / 3600;
+  per iteration (failure-free) world x $/GPU-hour x iteration_time_s / 3600.
+- energy: facility energy of one iteration (sim.energy) x T_w / iteration_time_s (lost work and restarts
+  are taken to draw the iteration's mean power).
+- per million tokens: cost or energy / train_tokens x 1e6 (goodput included when the budget is given,
+  else failure-free per iteration).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sim.energy import IterationEnergy, PowerTable, iteration_energy
+from sim.errors import SimError
+from sim.goodput import ComponentCounts, FailureModel, GoodputReport, estimate_goodput
+from sim.pricing import PriceTable
+
+DAY_S = 86400.0
+KWH_J = 3.6e6
+
+
+@dataclass(frozen=True)
+class TrainEstimate:
+    world: int
+    tokens_per_iteration: int | None
+    train_tokens: int | None
+    iterations: int | None
+    iteration_time_s: float
+    solve_time_s: float | None         # failure-free
+    wall_time_s: float | None          # expected, with failures and checkpoints
+    goodput: GoodputReport
+    usd_per_gpu_hour: float
+    price_source: str
+    iteration_usd: float
+    iteration_energy: IterationEnergy
+    total_usd: float | None
+    total_facility_j: float | None
+
+    @property
+    def usd_per_million_tokens(self) -> float | None:
+        if self.train_tokens:
+            return self.total_usd / self.train_tokens * 1e6
+        if self.tokens_per_iteration:
+            return self.iteration_usd / self.goodput.goodput / self.tokens_per_iteration * 1e6
+        return None
+
+    @property
+    def kwh_per_million_tokens(self) -> float | None:
+        if self.train_tokens:
+            return self.total_facility_j / KWH_J / self.train_tokens * 1e6
+        if self.tokens_per_iteration:
+            return (self.iteration_energy.facility_j / self.goodput.goodput / KWH_J
+                    / self.tokens_per_iteration * 1e6)
+        return None
+
+    def to_dict(self) -> dict:
+        return {"world_size": self.world, "tokens_per_iteration": self.tokens_per_iteration,
+                "train_tokens": self.train_tokens, "iterations": self.iterations,
+                "iteration_time_s": self.iteration_time_s, "failure_free_time_s": self.solve_time_s,
+                "wall_time_s": self.wall_time_s,
+                "wall_time_days": self.wall_time_s / DAY_S if self.wall_time_s is not None else None,
+                "goodput": self.goodput.to_dict(),
+                "usd_per_gpu_hour": self.usd_per_gpu_hour, "price_source": self.price_source,
+                "iteration_usd": self.iteration_usd, "total_usd": self.total_usd,
+                "usd_per_million_tokens": self.usd_per_million_tokens,
+                "iteration_energy": self.iteration_energy.to_dict(), "total_facility_j": self.total_facility_j,
+                "total_facility_mwh": self.total_facility_j / 3.6e9 if self.total_facility_j is not None else None,
+                "kwh_per_million_tokens": self.kwh_per_million_tokens}
+
+
+def estimate_training(rep, counts: ComponentCounts, ckpt_bytes: float, failures: FailureModel,
+                      power: PowerTable, prices: PriceTable, train_tokens: int | None = None,
+                      interval_s: float | None = None, extra_gpus=None) -> TrainEstimate:
+    """Time, cost and energy to train `train_tokens` (None: per iteration only) with StepReport `rep`."""
+    t = float(rep.iteration_time_s)
+    if not t > 0:
+        raise SimError("the simulated iteration takes no time: cannot estimate time, cost or energy to train")
+    world = int(rep.meta["world_size"])
+    tokens_known = bool(rep.meta.get("tokens_known", True))
+    tpi = int(rep.meta["global_batch_size"]) * int(rep.meta["seq_length"]) if tokens_known else None
+    if train_tokens is not None:
+        if tpi is None:
+            raise SimError("--train-tokens: this workload does not say its tokens per iteration "
+                           "(imported trace without sequence length); give a model and plan")
+        if train_tokens <= 0:
+            raise SimError(f"--train-tokens: must be > 0 (got {train_tokens})")
+    g = estimate_goodput(failures, counts, ckpt_bytes, interval_s)
+    price = prices.row(rep.meta["gpu"], extra_gpus)
+    energy = iteration_energy(rep, power, counts)
+    it_usd = world * price.usd_per_gpu_hour * t / 3600.0
+    iters = solve = wall = total_usd = total_j = None
+    if train_tokens is not None:
+        iters = math.ceil(train_tokens / tpi)
+        solve = iters * t
+        wall = solve / g.goodput
+        total_usd = world * price.usd_per_gpu_hour * wall / 3600.0
+        total_j = energy.facility_j * wall / t
+    return TrainEstimate(world, tpi, train_tokens, iters, t, solve, wall, g, price.usd_per_gpu_hour,
+                         f"{prices.path}: {price.gpu} ({price.source}, {price.date})", it_usd, energy,
+                         total_usd, total_j)
+
+
+def _dur(s: float) -> str:
+    if not math.isfinite(s):
+        return "inf"
+    if s >= 2 * DAY_S:
+        return f"{s / DAY_S:.2f} days"
+    if s >= 2 * 3600:
+        return f"{s / 3600:.2f} h"
+    if s >= 120:
+        return f"{s / 60:.1f} min"
+    return f"{s:.2f} s"
+
+
+def format_training(e: TrainEstimate) -> str:
+    """The summary lines of `clustersim run --train-tokens` (same column layout as format_summary)."""
+    g = e.goodput
+    c = g.counts
+    w = 28
+    en = e.iteration_energy
+    lines = [
+        f"{'components (failure units)':<{w}s}{c.gpu} GPU, {c.nic} NIC, {c.switch} switch, {c.server} server",
+        f"{'job MTBF':<{w}s}{_dur(g.job_mtbf_s)}",
+        f"{'checkpoint':<{w}s}{g.checkpoint_bytes / 1e9:.1f} GB, write {_dur(g.checkpoint_write_s)}, "
+        f"restart {_dur(g.restart_s)}",
+        f"{'checkpoint interval':<{w}s}{_dur(g.interval_s)} (Young {_dur(g.young_interval_s)}, "
+        f"Daly {_dur(g.daly_interval_s)})",
+        f"{'goodput':<{w}s}{g.goodput * 100:.1f}%",
+        f"{'cost per iteration':<{w}s}${e.iteration_usd:,.4f} ({e.world} GPU x ${e.usd_per_gpu_hour:g}/GPU-h)",
+        f"{'energy per iteration':<{w}s}{en.facility_j / 1e3:,.1f} kJ facility (PUE {en.pue:g}); "
+        f"GPU busy {en.gpu_busy_s / (en.gpu_busy_s + en.gpu_idle_s) * 100:.1f}% of GPU-time",
+    ]
+    if e.train_tokens is not None:
+        lines += [
+            f"{'to train':<{w}s}{e.train_tokens:,} tokens = {e.iterations:,} iterations of "
+            f"{e.tokens_per_iteration:,} tokens",
+            f"{'time to train':<{w}s}{_dur(e.wall_time_s)} expected ({_dur(e.solve_time_s)} without failures)",
+            f"{'cost to train':<{w}s}${e.total_usd:,.0f}",
+            f"{'energy to train':<{w}s}{e.total_facility_j / 3.6e9:,.2f} MWh facility",
+        ]
+    if e.usd_per_million_tokens is not None:
+        lines.append(f"{'per million tokens':<{w}s}${e.usd_per_million_tokens:.4f}, "
+                     f"{e.kwh_per_million_tokens:.4f} kWh")
+    return "\n".join(lines)
+
+
+def checkpoint_bytes_for(workload, failures: FailureModel, given: float | None = None) -> float:
+    """Checkpoint size: `given` bytes, else the model's parameters x bytes per parameter."""
+    if given is not None:
+        if not given > 0:
+            raise SimError(f"--checkpoint-bytes: must be > 0 (got {given})")
+        return float(given)
+    known = workload.meta.get("imported_from") != "simai" and workload.meta.get("model_known", True)
+    if not known or getattr(workload, "model", None) is None:
+        raise SimError("checkpoint size unknown: the workload has no model dimensions; give --checkpoint-bytes")
+    from sim.goodput import checkpoint_bytes
+    return checkpoint_bytes(workload.model, failures.storage.bytes_per_param)
+
+
+# ------------------------------------------------------------------------------------------- CLI (run)
+@dataclass(frozen=True)
+class TrainingInputs:
+    failures: FailureModel
+    power: PowerTable
+    prices: PriceTable
+    train_tokens: int | None
+    interval_s: float | None
+    checkpoint_bytes: float | None
+
+
+def _token_count(text: str) -> int:
+    """'2e12', '15000000000000' or with a K/M/B/T suffix ('15T') -> tokens; SimError otherwise."""
+    t = str(text).strip().replace(",", "").replace("_", "")
+    scale = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}.get(t[-1:].upper(), 1.0)
+    if scale != 1.0:
+        t = t[:-1]
+    try:
+        v = float(t) * scale
+    except ValueError:
+        raise SimError(f"--train-tokens: expected a token count such as 2e12 or 15T (got '{text}')") from None
+    if not math.isfinite(v) or v < 1:
+        raise SimError(f"--train-tokens: must be at least 1 token (got '{text}')")
+    return int(round(v))
+
+
+def add_training_arguments(p) -> None:
+    """`clustersim run` flags of the time/cost/energy-to-train estimate."""
+    g = p.add_argument_group("time, cost and energy to train (any of these adds the estimate)")
+    g.add_argument("--train-tokens", help="token budget, e.g. 2e12 or 15T: iterations, days, $ and MWh to train")
+    g.add_argument("--mtbf-file", help="failure and checkpoint model YAML (default: sim/data/failures.yaml)")
+    g.add_argument("--power-file", help="power table YAML (default: sim/data/power.yaml)")
+    g.add_argument("--price-file", help="$/GPU-hour table YAML (default: sim/data/gpu_prices.yaml)")
+    g.add_argument("--checkpoint-interval", type=float, metavar="S",
+                   help="seconds of work between checkpoints (default: Daly's optimum)")
+    g.add_argument("--checkpoint-bytes", type=float, metavar="B",
+                   help="checkpoint size in bytes (default: parameters x bytes_per_param of the MTBF file)")
+
+
+_TRAIN_FLAGS = ("train_tokens", "mtbf_file", "power_file", "price_file", "checkpoint_interval", "checkpoint_bytes")
+
+
+def training_wanted(args) -> bool:
+    return any(getattr(args, k, None) is not None for k in _TRAIN_FLAGS)
+
+
+def load_training_inputs(args) -> TrainingInputs:
+    """Read the tables and check the flags (before the simulation, so a bad file fails at once)."""
+    from sim.energy import load_power_table
+    from sim.goodput import load_failure_model
+    from sim.pricing import load_price_table
+    interval = getattr(args, "checkpoint_interval", None)
+    if interval is not None and not (math.isfinite(interval) and interval > 0):
+        raise SimError(f"--checkpoint-interval: must be > 0 seconds (got {interval})")
+    ckpt = getattr(args, "checkpoint_bytes", None)
+    if ckpt is not None and not (math.isfinite(ckpt) and ckpt > 0):
+        raise SimError(f"--checkpoint-bytes: must be > 0 (got {ckpt})")
+    tokens = getattr(args, "train_tokens", None)
+    return TrainingInputs(load_failure_model(args.mtbf_file), load_power_table(args.power_file),
+                          load_price_table(args.price_file), _token_count(tokens) if tokens is not None else None,
+                          interval, ckpt)
+
+
+def estimate_for_run(rep, workload, topology, inputs: TrainingInputs, job: dict | None = None) -> TrainEstimate:
+    """The estimate of a `clustersim run` from its StepReport, workload and topology."""
+    from sim.goodput import component_counts
+    counts = component_counts(topology, int(rep.meta["world_size"]))
+    ckpt = checkpoint_bytes_for(workload, inputs.failures, inputs.checkpoint_bytes)
+    return estimate_training(rep, counts, ckpt, inputs.failures, inputs.power, inputs.prices,
+                             inputs.train_tokens, inputs.interval_s)
