@@ -42,19 +42,10 @@ class PowerTable:
 
     def gpu(self, name: str, extra_gpus=None) -> GPUPower:
         """The row of GPU `name` (compute_db name or alias, or a name/alias of the table); SimError if none."""
-        names = [name]
-        try:
-            from compute_db.gpus import canonical_name
-            names.append(canonical_name(name, extra_gpus))
-        except Exception:  # noqa: BLE001 - a GPU compute_db does not know can still have a power row
-            pass
-        index = {}
-        for r in self.gpus:
-            for n in (r.gpu, *r.aliases):
-                index.setdefault(n.lower(), r)
-        for n in names:
-            if n.lower() in index:
-                return index[n.lower()]
+        from sim.pricing import find_gpu_row
+        found = find_gpu_row(self.gpus, name, extra_gpus)
+        if found is not None:
+            return found
         raise SimError(f"{self.path}: no power for GPU '{name}' (rows: {', '.join(r.gpu for r in self.gpus)}); "
                        "add a row with busy_w, idle_w and source and pass the file with --power-file")
 

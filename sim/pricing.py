@@ -21,6 +21,23 @@ from sim.errors import SimError
 SHIPPED_PRICES = Path(__file__).resolve().parent / "data" / "gpu_prices.yaml"
 
 
+def find_gpu_row(rows, name: str, extra_gpus=None):
+    """The row (with `.gpu` and `.aliases`) named `name` directly or through compute_db's GPU names
+    (`H100-SXM` finds an `H100` row), case-insensitively; None if there is none. Shared by every per-GPU
+    table (prices, power)."""
+    names = [name]
+    try:
+        from compute_db.gpus import canonical_name
+        names.append(canonical_name(name, extra_gpus))
+    except Exception:  # noqa: BLE001 - a GPU compute_db does not know can still have a row
+        pass
+    index = {}
+    for r in rows:
+        for n in (r.gpu, *r.aliases):
+            index.setdefault(n.lower(), r)
+    return next((index[n.lower()] for n in names if n.lower() in index), None)
+
+
 @dataclass(frozen=True)
 class GPUPrice:
     gpu: str
@@ -38,19 +55,9 @@ class PriceTable:
 
     def row(self, gpu: str, extra_gpus=None) -> GPUPrice:
         """The row of `gpu` (compute_db name or alias, or a name/alias of the table); SimError if none."""
-        names = [gpu]
-        try:
-            from compute_db.gpus import canonical_name
-            names.append(canonical_name(gpu, extra_gpus))
-        except Exception:  # noqa: BLE001 - a GPU compute_db does not know can still have a price row
-            pass
-        index = {}
-        for r in self.rows:
-            for n in (r.gpu, *r.aliases):
-                index.setdefault(n.lower(), r)
-        for n in names:
-            if n.lower() in index:
-                return index[n.lower()]
+        found = find_gpu_row(self.rows, gpu, extra_gpus)
+        if found is not None:
+            return found
         known = ", ".join(r.gpu for r in self.rows)
         raise SimError(f"{self.path}: no price for GPU '{gpu}' (rows: {known}); add a row with usd_per_gpu_hour, "
                        "source and date and pass the file with --price-file")
