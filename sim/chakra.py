@@ -461,6 +461,9 @@ def load_chakra(path: str | os.PathLike) -> Workload:
     """Import a Chakra trace folder (or one of its files) as a Workload (module docstring)."""
     folder, prefix, files = find_trace_files(path)
     traces = {r: read_et(f, r) for r, f in sorted(files.items())}
+    empty = [t.path for t in traces.values() if not t.nodes]
+    if empty:   # a rank without nodes would silently drop out of the job
+        raise ConfigFileError(f"{empty[0]}: no Chakra nodes after the GlobalMetadata (empty or corrupt trace)")
     first = traces[min(traces)]
     meta_nodes = [n for n in first.nodes if n.type == _chakra()[0].METADATA_NODE]
     cs = _attrs(meta_nodes[0]) if meta_nodes else {}

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 from workload_gen.errors import ConfigFileError
+from workload_gen.native_checks import DocError, check_op
 from workload_gen.native_io import _model_fields, atomic_write_text, op_from_dict, op_to_dict
 from workload_gen.workload import ChunkProgram, ComputeOp, Op, StageProgram, Workload
 
@@ -54,6 +55,13 @@ def group_size(w: Workload, group: str) -> int:
     p = w.plan
     return {"tp": p.tp, "cp": p.cp, "dp": p.dp, "dp_cp": p.dp * p.cp, "ep": p.ep, "etp": p.expert_tp,
             "edp": p.edp, "pp": p.pp, "embedding": 2 if p.pp > 1 else 1, "mp": p.tp * p.cp * p.pp}[group]
+
+
+class _PlanOf:
+    """The part of a Workload that group_size reads."""
+
+    def __init__(self, plan):
+        self.plan = plan
 
 
 def _rows(w: Workload, include_compute: bool, time_of: Callable[[ComputeOp], float] | None, details: bool):
@@ -129,7 +137,16 @@ def _json(text: str, where: str, what: str) -> dict:
     return d
 
 
-def _row_op(r: list[str], where: str) -> tuple[Op, dict]:
+def _checked(d: dict, where: str, num_layers: int) -> Op:
+    """The op of a row's details after the native reader's field checks (types, ranges, finiteness)."""
+    try:
+        check_op(d, "stage details", num_layers)
+    except DocError as exc:
+        raise ConfigFileError(f"{where}: {exc}") from None
+    return op_from_dict(d)
+
+
+def _row_op(r: list[str], where: str, num_layers: int = 1 << 30) -> tuple[Op, dict]:
     label, _, detail = r[4].partition(" ")
     if not detail:
         raise ConfigFileError(f"{where}: stage {label[:60]!r} carries no clustersim details")
@@ -144,17 +161,20 @@ def _row_op(r: list[str], where: str) -> tuple[Op, dict]:
                 if not (math.isfinite(t_s) and t_s >= 0):
                     raise ConfigFileError(f"{where}: _elapsed_time must be a finite time >= 0 ms (got {t!r})")
                 d["time_s"] = t_s
-            op = op_from_dict(d)
+            op = _checked(d, where, num_layers)
         else:
             kind = r[0].removeprefix("CommType.")
             if _FROM_TYPE.get(kind) != d.get("collective"):
                 raise ConfigFileError(f"{where}: comm_type {r[0]!r} disagrees with the stage details "
                                       f"({d.get('collective')!r})")
+            if r[1] != f"CommGroup.{_GROUPS.get(d.get('group'))}":   # an edited group would be ignored
+                raise ConfigFileError(f"{where}: comm_group {r[1][:40]!r} disagrees with the stage details "
+                                      f"({d.get('group')!r})")
             size = r[3].strip()
             if not size.isdigit():
                 raise ConfigFileError(f"{where}: msg_size must be a byte count >= 0 (got {size[:40]!r})")
             d["size_bytes"] = int(size)
-            op = op_from_dict(d)
+            op = _checked(d, where, num_layers)
     except ConfigFileError:
         raise
     except (KeyError, TypeError, ValueError) as exc:
@@ -235,16 +255,18 @@ def read_aicb_csv(path: str | os.PathLike) -> Workload:
             continue
         if len(row) != len(COLUMNS):
             raise ConfigFileError(f"{path}:{i}: expected {len(COLUMNS)} columns, got {len(row)}")
-        op, place = _row_op(row, f"{path}:{i}")
+        op, place = _row_op(row, f"{path}:{i}", model.num_layers)
+        if op.is_comm and row[2] != str(group_size(_PlanOf(plan), op.group)):   # an edit would be ignored
+            raise ConfigFileError(f"{path}:{i}: comm_group_size {row[2][:40]!r} disagrees with the plan "
+                                  f"({op.group} group of {group_size(_PlanOf(plan), op.group)})")
         if place["list"] == "start":
             start.append(op)
         elif place["list"] == "end":
             stop.append(op)
         else:
-            try:
-                key = (place["list"], int(place["chunk"]), int(place["mb"]))
-            except (KeyError, TypeError, ValueError):
-                raise ConfigFileError(f"{path}:{i}: stage details need 'chunk' and 'mb'") from None
+            key = (place["list"], place.get("chunk"), place.get("mb"))
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in key[1:]):   # 0.5 -> 0 would move the op
+                raise ConfigFileError(f"{path}:{i}: stage details need integer 'chunk' and 'mb' (got {key[1:]!r})")
             if key[1] not in layers or not 0 <= key[2] < n:
                 raise ConfigFileError(f"{path}:{i}: chunk {key[1]} / micro-batch {key[2]} outside the plan")
             lists.setdefault(key, []).append(op)

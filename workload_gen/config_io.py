@@ -78,6 +78,8 @@ def read_mapping(path: Path) -> dict:
         text = path.read_text()
     except OSError as e:
         raise ConfigFileError(f"{path}: cannot read ({e.strerror or e})") from None
+    except UnicodeDecodeError:
+        raise ConfigFileError(f"{path}: not a text file (not UTF-8)") from None
     try:
         if path.suffix.lower() == ".json":
             data = json.loads(text)

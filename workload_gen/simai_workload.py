@@ -121,6 +121,8 @@ def _parse_header(tokens: list[str], where: str) -> dict:
             if i + 1 >= len(tokens):
                 raise ConfigFileError(f"{where}: header key {tok!r} has no value")
             key = keys[tok]
+            if key in out:   # SimAI keeps the last copy; an edit that left two is ambiguous
+                raise ConfigFileError(f"{where}: header key {tok!r} is given twice")
             lo, hi = _HEADER_RANGES[key]
             out[key] = _int(tokens[i + 1], where, tok, lo, hi)
             i += 2
@@ -213,6 +215,7 @@ def _read_lines(path: str) -> tuple[dict, list[_Line], list[tuple[int, str]], st
               _int(t[5], where, "input-grad compute time", 0, MAX_NS),
               _int(t[8], where, "weight-grad compute time", 0, MAX_NS))
         _int(t[11], where, "weight-grad update time", 0, MAX_NS)   # validated; the reader does not use it
+        _int(t[1], where, "dependency field")   # validated (SimAI reads an integer); unused here
         comms, sizes = [], []
         for col, ci, si in (("fwd", 3, 4), ("ig", 6, 7), ("wg", 9, 10)):
             size = _int(t[si], where, f"{col} comm size", 0, MAX_BYTES)

@@ -72,9 +72,19 @@ def _num(d: dict, key: str, where: str, default=None, positive: bool = True) -> 
             raise SimError(f"{where}: key '{key}': missing")
         return default
     v = d[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (positive and v <= 0) or v < 0:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (positive and v <= 0) or v < 0:
         raise SimError(f"{where}: key '{key}': expected a {'positive ' if positive else ''}number, got {v!r}")
+    if key == "efficient_factor" and v > 1:   # a fraction of the peak: above 1 would beat the hardware
+        raise SimError(f"{where}: key '{key}': expected a fraction of the peak in (0, 1], got {v!r}")
     return float(v)
+
+
+def _count(d: dict, key: str, where: str, default: int) -> int:
+    """A positive whole number (GPUs per node): 7.5 must not become 7."""
+    v = _num(d, key, where, default)
+    if v != int(v):
+        raise SimError(f"{where}: key '{key}': expected a positive integer, got {d[key]!r}")
+    return int(v)
 
 
 def _sub(d: dict, key: str, where: str, required: bool = True) -> dict:
@@ -112,7 +122,7 @@ def load_system(src, dtype: str = "bf16", db=None) -> tuple[HardwareSpec, dict]:
     gpu = data["gpu"]
     if not isinstance(gpu, str):
         raise SimError(f"{where}: key 'gpu': expected a GPU name, got {gpu!r}")
-    gps = int(_num(data, "gpus_per_server", where, 8))
+    gps = _count(data, "gpus_per_server", where, 8)
     try:
         hw = hardware_from_gpu(gpu, dtype, gps, db=db)
     except Exception as exc:  # ComputeDBError: unknown GPU
@@ -136,14 +146,14 @@ def _perfllm_system(data: dict, where: str) -> HardwareSpec:
         * _num(bw, "efficient_factor", f"{where}: accelerator.bandwidth.default", 1.0) / 0.8
     mem = _num(acc, "mem_gbs", f"{where}: accelerator") * GiB
     nets = _sub(data, "networks", where)
-    level = _intra_level(nets, int(_num(data, "num_per_node", where, 8)), where)
+    level = _intra_level(nets, _count(data, "num_per_node", where, 8), where)
     intra = _sub(_sub(nets, level, f"{where}: networks"), "bandwidth", f"{where}: networks.{level}")
     inter = _sub(_sub(nets, "inter_node", f"{where}: networks"), "bandwidth", f"{where}: networks.inter_node")
     wi, wo = f"{where}: networks.{level}.bandwidth", f"{where}: networks.inter_node.bandwidth"
     return HardwareSpec(
         name=str(data.get("sys_name", "custom")), peak_flops=peak, hbm_Bps=hbm, hbm_bytes=mem,
         nvlink_Bps=_num(intra, "gbps", wi) * 1e9, nic_Bps=_num(inter, "gbps", wo) * 1e9,
-        gpus_per_server=int(_num(data, "num_per_node", where, 8)), gemm_efficiency=eff, attn_efficiency=attn_eff,
+        gpus_per_server=_count(data, "num_per_node", where, 8), gemm_efficiency=eff, attn_efficiency=attn_eff,
         nvlink_efficiency=_num(intra, "efficient_factor", wi, 1.0),
         nic_efficiency=_num(inter, "efficient_factor", wo, 1.0),
         intra_latency_s=_num(intra, "latency_us", wi, 8.0) * 1e-6,
