@@ -116,7 +116,10 @@ def goodput(interval_s: float, checkpoint_s: float, restart_s: float, mtbf_s: fl
     if math.isinf(mtbf_s):
         return interval_s / (interval_s + checkpoint_s)
     m = mtbf_s
-    return interval_s / (m * math.exp(restart_s / m) * math.expm1((interval_s + checkpoint_s) / m))
+    try:
+        return interval_s / (m * math.exp(restart_s / m) * math.expm1((interval_s + checkpoint_s) / m))
+    except OverflowError:   # segments far longer than the MTBF: expected wall time beyond any float
+        return 0.0
 
 
 # ------------------------------------------------------------------------------------------- job inputs

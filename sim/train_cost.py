@@ -95,6 +95,9 @@ def estimate_training(rep, counts: ComponentCounts, ckpt_bytes: float, failures:
     energy = iteration_energy(rep, power, counts)
     it_usd = world * price.usd_per_gpu_hour * t / 3600.0
     iters = solve = wall = total_usd = total_j = None
+    if g.goodput <= 0:
+        raise SimError(f"goodput is 0: checkpoint segments ({g.interval_s:.3g} s of work) are far longer than "
+                       f"the job's MTBF ({g.job_mtbf_s:.3g} s); lower --checkpoint-interval")
     if train_tokens is not None:
         iters = math.ceil(train_tokens / tpi)
         solve = iters * t

@@ -31,9 +31,11 @@ import os
 from collections.abc import Callable
 from dataclasses import asdict
 
-from workload_gen.errors import ConfigFileError
-from workload_gen.native_checks import DocError, check_op
+from workload_gen.errors import ConfigFileError, WorkloadError
+from workload_gen.limits import MAX_MICROBATCHES, allow_huge
+from workload_gen.native_checks import SCHEDULES, DocError, check_op, need_choice, need_int
 from workload_gen.native_io import _model_fields, atomic_write_text, op_from_dict, op_to_dict
+from workload_gen.plan_validation import validate_plan
 from workload_gen.workload import ChunkProgram, ComputeOp, Op, StageProgram, Workload
 
 COLUMNS = ("comm_type", "comm_group", "comm_group_size", "msg_size", "stage", "dst", "src", "additional",
@@ -238,12 +240,17 @@ def read_aicb_csv(path: str | os.PathLike) -> Workload:
     try:
         model = ModelSpec(**_model_fields(doc["model"]))
         plan = ParallelPlan(**doc["plan"])
-        n = int(doc["num_microbatches"])
         layers = {int(c["chunk"]): tuple(int(x) for x in c["layers"]) for c in doc["chunks"]}
-    except (KeyError, TypeError, ValueError) as exc:
+        # the same field rules as the native workload reader (limits included)
+        n = need_int("num_microbatches", doc.get("num_microbatches"), 1,
+                     MAX_MICROBATCHES if not allow_huge() else 1 << 62)
+        need_choice("schedule", doc.get("schedule", "none"), SCHEDULES)
+        pp_send_bytes = need_int("pp_send_bytes", doc.get("pp_send_bytes", 0), 0)
+        validate_plan(model, plan)
+    except DocError as exc:
+        raise ConfigFileError(f"{path}:{ln}: epoch_end stage: {exc}") from None
+    except (KeyError, TypeError, ValueError, WorkloadError) as exc:
         raise ConfigFileError(f"{path}:{ln}: epoch_end stage: bad model/plan ({exc})") from None
-    if not 1 <= n <= 1 << 16:
-        raise ConfigFileError(f"{path}:{ln}: epoch_end stage: num_microbatches must be between 1 and 65,536 (got {n})")
     if plan.pp > 1:
         raise ConfigFileError(f"{path}:{ln}: pipeline parallel {plan.pp}: an AICB log holds stage 0 only, so the "
                               "other stages cannot be rebuilt (export SimAI or native JSON for pp > 1)")
@@ -280,7 +287,7 @@ def read_aicb_csv(path: str | os.PathLike) -> Workload:
                 raise ConfigFileError(f"{path}: chunk {c} {kind}: {exc}") from None
         chunks.append(ChunkProgram(chunk=c, layers=layers[c], forward=prog["forward"], backward=prog["backward"]))
     stage = StageProgram(stage=0, chunks=chunks, iteration_start=start, iteration_end=stop,
-                         pp_send_bytes=int(doc.get("pp_send_bytes", 0)))
+                         pp_send_bytes=pp_send_bytes)
     return Workload(model=model, plan=plan, stages=[stage], schedule=str(doc.get("schedule", "none")),
                     num_microbatches=n, meta={"imported_from": "aicb-csv", "source": os.path.basename(path)})
 

@@ -134,6 +134,33 @@ def _check_synthetic_lengths(cfg, max_model_len: int) -> None:
                        "--max-model-len)")
 
 
+def topology_sized_by_user(spec: str) -> bool:
+    """A topology spec whose size is fixed (a SimAI file, or gpus= among its parameters)."""
+    from pathlib import Path
+    return Path(spec).is_file() or "gpus=" in spec.partition(":")[2]
+
+
+def serving_topology(topology, num_gpus: int, gpu: str | None, db):
+    """The Topology a deployment of `num_gpus` GPUs runs on: a given Topology, or one built from a spec
+    string (None: Spectrum-X) with whole 8-GPU servers for the deployment unless the spec fixes its size;
+    a topology left at SimAI's NVLink default runs at the GPU's datasheet rate (sim.inputs)."""
+    from sim.inputs import make_topology, servers_for
+    if topology is None or isinstance(topology, str):
+        spec = topology or "spectrum-x"
+        topology = make_topology(spec, gpus=None if topology_sized_by_user(spec) else servers_for(num_gpus),
+                                 gpu_type=gpu or None)
+    from topo.templates import NVLINK_DEFAULT_NOTE
+    if NVLINK_DEFAULT_NOTE in topology.notes:
+        from sim.inputs import resolve_default_nvlink
+        topology = resolve_default_nvlink(topology, db.gpu(gpu or topology.gpu_type))
+    return topology
+
+
+def peak_flops_per_s(gpu_spec, weight_dtype: str) -> float:
+    """The GPU's peak for the GEMM dtype (bf16's when the table has none for it; NaN when neither)."""
+    return gpu_spec.peak_flops.get(weight_dtype) or gpu_spec.peak_flops.get("bf16", math.nan)
+
+
 def effective_plan(model, plan: ServingPlan, max_len: int | None = None) -> tuple[ServingPlan, list[str]]:
     """(the plan as the engine runs it, notes): max_model_len filled in (`max_len`, else the plan's, else
     the model's context), and vLLM/LightLLM's default token budget raised to it — vLLM without chunked
@@ -161,21 +188,13 @@ def simulate_serving(model, plan: ServingPlan, requests, *, topology=None, gpu: 
     the deployment); gpu: compute_db GPU (None: the topology's GPU type, H100 for the default fabric);
     db: a compute_db.ComputeDB (None: the shipped DB); host: a HostOverhead or a HOST_MODELS name.
     """
-    from sim.inputs import make_topology, resolve_model, servers_for
+    from sim.inputs import resolve_model
     if isinstance(model, str):
         model = resolve_model(model)
     if db is None:
         from compute_db import open_db
         db = open_db()
-    if topology is None or isinstance(topology, str):
-        spec = topology or "spectrum-x"
-        from pathlib import Path
-        given = Path(spec).is_file() or "gpus=" in spec.partition(":")[2]
-        topology = make_topology(spec, gpus=None if given else servers_for(plan.num_gpus), gpu_type=gpu or None)
-    from topo.templates import NVLINK_DEFAULT_NOTE
-    if NVLINK_DEFAULT_NOTE in topology.notes:
-        from sim.inputs import resolve_default_nvlink
-        topology = resolve_default_nvlink(topology, db.gpu(gpu or topology.gpu_type))
+    topology = serving_topology(topology, plan.num_gpus, gpu, db)
     if int(topology.num_gpus) < plan.num_gpus:
         raise SimError(f"topology has {topology.num_gpus} GPUs; the deployment needs {plan.num_gpus} "
                        f"({plan.replicas} replicas x tp {plan.tp} x pp {plan.pp})")
@@ -192,7 +211,7 @@ def simulate_serving(model, plan: ServingPlan, requests, *, topology=None, gpu: 
     kwargs = {} if trace_cap is None else {"trace_cap": trace_cap}
     res = simulate(reqs, plan, timer, num_blocks=kv.num_blocks, max_model_len=max_len, seed=seed,
                    progress=progress, keep_token_times=keep_token_times, **kwargs)
-    peak = spec.peak_flops.get(plan.weight_dtype) or spec.peak_flops.get("bf16", math.nan)
+    peak = peak_flops_per_s(spec, plan.weight_dtype)
     summary = summarize(res, peak, spec.hbm_Bps, slo)
     run = ServingRun(res, summary, kv, timer, model, spec.name, peak, spec.hbm_Bps, notes)
     summary["memory"] = kv_summary(kv)

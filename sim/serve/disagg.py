@@ -170,16 +170,9 @@ class DisaggRun:
 
 
 # ---------------------------------------------------------------------------------------- helpers
-def _topology(topology, dplan: DisaggPlan):
-    from pathlib import Path
-
-    from sim.inputs import make_topology, servers_for
-    if topology is None or isinstance(topology, str):
-        spec = topology or "spectrum-x"
-        given = Path(spec).is_file() or "gpus=" in spec.partition(":")[2]
-        topology = make_topology(spec, gpus=None if given else servers_for(dplan.num_gpus),
-                                 gpu_type=dplan.prefill_gpu or dplan.decode_gpu or None)
-    return topology
+def _topology(topology, dplan: DisaggPlan, db):
+    from sim.serve.api import serving_topology
+    return serving_topology(topology, dplan.num_gpus, dplan.prefill_gpu or dplan.decode_gpu, db)
 
 
 def _check_pool(model, plan: ServingPlan, name: str) -> None:
@@ -215,9 +208,9 @@ class _Arrays:
 
 
 def _serving_run(res, plan, timer, kv, model, db, slo, notes, duration_s):
-    from sim.serve.api import ServingRun, kv_summary
+    from sim.serve.api import ServingRun, kv_summary, peak_flops_per_s
     spec = db.gpu(timer.gpu)
-    peak = spec.peak_flops.get(plan.weight_dtype) or spec.peak_flops.get("bf16", math.nan)
+    peak = peak_flops_per_s(spec, plan.weight_dtype)
     res_t = replace(res, duration_s=duration_s)       # pool busy % and KV use over the whole run
     run = ServingRun(res_t, summarize(res_t, peak, spec.hbm_Bps, slo), kv, timer, model, spec.name, peak,
                      spec.hbm_Bps, notes)
@@ -243,13 +236,13 @@ def simulate_disaggregated(model, dplan: DisaggPlan, requests, *, topology=None,
     from sim.inputs import resolve_model
     from sim.serve.api import _resolve_requests, effective_plan, host_overhead
 
-    validate_split(dplan)
+    validate_split(dplan)                  # the plan alone, before anything is built
     if isinstance(model, str):
         model = resolve_model(model)
     if db is None:
         from compute_db import open_db
         db = open_db()
-    topology = _topology(topology, dplan)
+    topology = _topology(topology, dplan, db)
     validate_split(dplan, topology)
     if isinstance(host, str):
         host = host_overhead(host)
@@ -498,20 +491,16 @@ def _summary(run: DisaggRun, slo, network, host, streams) -> dict:
     s["kernel_time_sources"] = {"fractions": {k: v / tot for k, v in fr.items() if v > 0} if tot > 0 else {},
                                 "formula": "simulated kernel seconds by compute_db source / all kernel seconds "
                                            "(both pools)"}
-    try:
-        from sim.serve.batch_time import collective_provenance_s
-    except ImportError:
-        collective_provenance_s = None
-    if collective_provenance_s is not None:
-        cs: dict[str, float] = {}
-        for pr in (run.prefill, run.decode):
-            if pr is not None:
-                for k, v in collective_provenance_s(pr.timer).items():
-                    cs[k] = cs.get(k, 0.0) + v
-        ctot = sum(cs.values())
-        s["collective_time_sources"] = {"fractions": {k: v / ctot for k, v in cs.items() if v > 0} if ctot > 0 else {},
-                                        "formula": "idle-network collective + PP send seconds by source / all such "
-                                                   "seconds (both pools; KV transfers not included)"}
+    from sim.serve.batch_time import collective_provenance_s
+    cs: dict[str, float] = {}
+    for pr in (run.prefill, run.decode):
+        if pr is not None:
+            for k, v in collective_provenance_s(pr.timer).items():
+                cs[k] = cs.get(k, 0.0) + v
+    ctot = sum(cs.values())
+    s["collective_time_sources"] = {"fractions": {k: v / ctot for k, v in cs.items() if v > 0} if ctot > 0 else {},
+                                    "formula": "idle-network collective + PP send seconds by source / all such "
+                                               "seconds (both pools; KV transfers not included)"}
     s["cost_model"] = {"gpu": {n: pools[n]["deployment"]["gpu"] for n in pools}, "network": network,
                        "kv_transfer_network": "netsim flow engine (max-min), point-to-point sends",
                        "host": _host_text(host), "model": getattr(run.model, "name", "")}
@@ -594,11 +583,11 @@ def compare_colocated(model, dplan: DisaggPlan, requests, *, run: DisaggRun | No
         raise SimError(f"colocated comparison needs one GPU type (prefill {dplan.prefill_gpu}, decode "
                        f"{dplan.decode_gpu})")
     cplan = colocated_plan(dplan, colocated)
-    topology = _topology(topology, dplan)
-    validate_split(dplan, topology)
     if db is None:
         from compute_db import open_db
         db = open_db()
+    topology = _topology(topology, dplan, db)
+    validate_split(dplan, topology)
     if run is None:
         run = simulate_disaggregated(model, dplan, requests, topology=topology, db=db, network=network,
                                      net_calibration=net_calibration, host=host, slo=slo, seed=seed)

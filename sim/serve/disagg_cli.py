@@ -100,18 +100,16 @@ def cmd_disagg(args) -> int:
         if v is not None and not (v >= 0 and v != float("inf")):
             raise SimError(f"{flag}: must be a finite number >= 0 (got {v})")
     base, dplan = _dplan(args)
-    validate_split(dplan)
-    topology = args.fabric
-    budget = None
+    validate_split(dplan, args.gpus)             # the budget first: nothing is built for a split that cannot fit
+    from sim.commands import open_job_db
+    db = open_job_db({"db": args.db, "gpu_file": args.gpu_file})
     if args.gpus is not None:
-        validate_split(dplan, args.gpus)         # the budget first: nothing is built for a split that cannot fit
         from sim.inputs import make_topology
         topology = make_topology(args.fabric or "spectrum-x", gpus=args.gpus, gpu_type=dplan.prefill_gpu)
-        budget = topology
-    elif args.fabric:
+    else:
         from sim.serve.disagg import _topology
-        topology = budget = _topology(args.fabric, dplan)
-    validate_split(dplan, budget)
+        topology = _topology(args.fabric, dplan, db)
+    validate_split(dplan, topology)
     cplan = None
     if args.compare_colocated:
         cbase = base if (args.tp is not None or args.pp is not None) else replace(
@@ -125,8 +123,6 @@ def cmd_disagg(args) -> int:
     if args.out != "-":
         from sim.report import check_out_dir
         check_out_dir(args.out, SERVE_FILES + DISAGG_FILES)
-    from sim.commands import open_job_db
-    db = open_job_db({"db": args.db, "gpu_file": args.gpu_file})
     net_cal = None
     if args.net_calibration:
         import netsim
@@ -134,9 +130,6 @@ def cmd_disagg(args) -> int:
     slo = SLO(args.slo_ttft, args.slo_tbt, args.slo_tpot, args.slo_e2e)
     slo = slo if slo.any() else None
     host = host_overhead(args.host, args.cpu_per_iteration_ms * 1e-3)
-    if topology is None or isinstance(topology, str):
-        from sim.serve.disagg import _topology
-        topology = _topology(topology, dplan)
     t0 = time.perf_counter()
     run = simulate_disaggregated(args.model, dplan, cfg, topology=topology, db=db, network=args.network,
                                  net_calibration=net_cal, host=host, slo=slo, seed=cfg.seed,

