@@ -20,6 +20,7 @@ from pathlib import Path
 from netsim.api import bus_factor
 from sim.errors import SimError
 from sim.outpath import check_parents_writable
+from workload_gen.limits import MAX_WORLD_SIZE
 
 KEYS = ("TP", "CP", "EP", "DP", "PP")
 
@@ -115,6 +116,8 @@ def parse_ranks(text: str) -> list[int]:
                            "(expected e.g. 0,16 or 0-15)") from None
         if lo < 0 or hi < lo:
             raise SimError(f"--trace-ranks: '{part.strip()}' is not a rank or a range a-b with 0 <= a <= b")
+        if hi >= MAX_WORLD_SIZE:   # checked before the list is built: no job has such a rank
+            raise SimError(f"--trace-ranks: '{part.strip()}' goes beyond the largest world size {MAX_WORLD_SIZE:,}")
         ranks.extend(range(lo, hi + 1))
     return ranks
 

@@ -124,11 +124,6 @@ def rank_streams(model, prefill: ServingPlan, decode: ServingPlan) -> list[RankS
             for (ps, i, ds, j, first, length), units in sorted(acc.items())]
 
 
-def kv_bytes_per_token(model, prefill: ServingPlan, decode: ServingPlan) -> int:
-    """KV bytes moved per prompt token of one request (sum over its streams)."""
-    return sum(s.bytes_per_token for s in rank_streams(model, prefill, decode))
-
-
 class _Pending:
     __slots__ = ("request", "left")
 

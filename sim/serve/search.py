@@ -278,7 +278,7 @@ class SearchOutcome:
         return sum(r.reused_probes for r in self.ranked)
 
 
-def _mean_lengths(model, requests, max_len: int) -> tuple[float, float]:
+def _mean_lengths(requests, max_len: int) -> tuple[float, float]:
     from workload_gen.requests import make_requests
     rs = make_requests(replace(requests, qps=1.0, max_model_len=max_len))
     return float(rs.num_prefill_tokens.mean()), float(rs.num_decode_tokens.mean())
@@ -362,7 +362,7 @@ def serve_search(setup: ProbeSetup, space: ServeSearchSpace, slos, *, rel_tol: f
     for i, (dep, kv) in enumerate(prep.survivors):
         max_len = dep.plan.max_model_len or model.seq_length
         if max_len not in means:
-            means[max_len] = _mean_lengths(model, setup.requests, max_len)
+            means[max_len] = _mean_lengths(setup.requests, max_len)
         guess = first_guess_qps(dep, kv, prep.gpu_specs[dep.gpu], *means[max_len])
         key = config_key(setup, dep)
         tasks.append(ConfigTask(i, setup, dep, tuple(slos), guess, rel_tol,

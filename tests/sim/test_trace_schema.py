@@ -84,6 +84,8 @@ def test_parse_ranks():
         parse_ranks("0,a")
     with pytest.raises(SimError, match="--trace-ranks: '5-2'"):
         parse_ranks("5-2")
+    with pytest.raises(SimError, match="--trace-ranks: '0-99999999' goes beyond the largest world size 131,072"):
+        parse_ranks("0-99999999")
 
 
 def test_cli_trace_ranks_writes_only_those_stages(tmp_path):
