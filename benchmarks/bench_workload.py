@@ -53,9 +53,39 @@ def gpt3_simai_export() -> str:
     return f"SimAI file {size / 1e6:.1f} MB"
 
 
+def _simai_unrolled(rows_per_mb: int, ga: int) -> str:
+    """Read a SimAI file whose gradient-accumulation loop is unrolled (ga x rows_per_mb layer rows):
+    the reader must stay linear in the row count (10k vs 40k rows: about 4x, not 16x)."""
+    import tempfile
+
+    from workload_gen.simai_workload import read_simai_workload
+    head = ("HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 4 ep: 1 pp: 1 vpp: 1 ga: "
+            f"{ga} all_gpus: 128 checkpoints: 0 checkpoint_initiates: 0\n")
+    rows = ["grad_gather\t-1\t1\tNONE\t0\t1\tNONE\t0\t1\tALLGATHER\t3261071360\t100"]
+    for g in range(ga):
+        rows += [f"layer{i % 7}\t-1\t{1000 + i}\tALLGATHER\t1048576\t{900 + g}\tREDUCESCATTER\t1048576\t800"
+                 "\tNONE\t0\t100" for i in range(rows_per_mb)]
+    rows.append("optimizer1\t-1\t5\tNONE\t0\t1\tNONE\t0\t1\tNONE\t0\t100")
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "w.txt"
+        p.write_text(head + f"{len(rows)}\n" + "\n".join(rows) + "\n")
+        w = read_simai_workload(p)
+    return f"{len(rows)} rows, ga unrolled: {w.meta['ga_unrolled_in_file']}"
+
+
+def simai_read_10k() -> str:
+    return _simai_unrolled(1250, 8)
+
+
+def simai_read_40k() -> str:
+    return _simai_unrolled(5000, 8)
+
+
 if __name__ == "__main__":
     run_cases({
         "generate llama3.1-405b 16384 GPUs tp8 pp16 dp128": llama405b_16k,
         "generate deepseek-v3 2048 GPUs tp2 pp16 ep64": deepseek_v3_2048,
         "generate+export SimAI gpt3-175b 1024 GPUs": gpt3_simai_export,
+        "read SimAI unrolled 10k rows": simai_read_10k,
+        "read SimAI unrolled 40k rows": simai_read_40k,
     })

@@ -44,6 +44,7 @@ from sim.analysis.steptime import HardwareSpec, estimate_step, hardware_from_gpu
 from sim.errors import SimError
 from workload_gen.config_io import CompatibilityWarning, read_mapping
 from workload_gen.errors import ConfigFileError
+from workload_gen.limits import MAX_WORLD_SIZE, check_max
 
 # ParallelPlan field -> PerfLLM strategy key (to name the user's key in plan errors)
 _PLAN_TO_PERFLLM = {"tp": "tp_size", "pp": "pp_size", "cp": "cp_size", "ep": "ep_size", "etp": "etp_size",
@@ -80,10 +81,12 @@ def _num(d: dict, key: str, where: str, default=None, positive: bool = True) -> 
 
 
 def _count(d: dict, key: str, where: str, default: int) -> int:
-    """A positive whole number (GPUs per node): 7.5 must not become 7."""
+    """A positive whole number (GPUs per node): 7.5 must not become 7; a node cannot hold more GPUs
+    than a job may have (workload_gen.limits.MAX_WORLD_SIZE)."""
     v = _num(d, key, where, default)
     if v != int(v):
         raise SimError(f"{where}: key '{key}': expected a positive integer, got {d[key]!r}")
+    check_max(f"{where}: key '{key}'", int(v), MAX_WORLD_SIZE, SimError)
     return int(v)
 
 
