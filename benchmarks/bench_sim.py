@@ -3,15 +3,31 @@
     python benchmarks/bench_sim.py            # all cases
     python benchmarks/bench_sim.py a c        # cases whose name contains "a" or "c"... use full names:
     python benchmarks/bench_sim.py gpt7b moe
+    python benchmarks/bench_sim.py simai     # the SimAI example files, analytical (issue 16)
 
 Targets on the 2-core reference machine: (a) <= 10 s, (b) <= 2 s, (c) <= 30 s, (d) <= 5 min and <= 8 GB.
 Times cover workload generation, topology build, compute lookup and the simulation of one iteration.
+
+SimAI example files with the analytical backend (issue 16 targets: MoE 9,216 GPUs <= 0.3 s and AICB
+GPT-7B/128 <= 0.1 s of simulation, whole process <= 1 s each; microAllReduce whole process <= 0.6 s):
+- simai_*_analytical: run_job in a fresh process (reading, topology, compute lookup, simulation; no
+  trace: the arithmetic fast path, sim.fastpath);
+- simai_*_process / simai_*_process_bare: the whole `clustersim run -w FILE -n analytical -o DIR -q`
+  command in a subprocess (interpreter start, imports, all outputs / --no-trace --no-charts); wall and
+  the subprocess's peak RSS;
+- simai_*_simai_bin: SimAI's own analytical binary on the same file, when SIMAI_BIN names one built
+  by ../shared/tools/simai-analytical/build.sh (skipped with a note otherwise).
 """
 
 from __future__ import annotations
 
 import math
+import os
+import resource
+import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -67,6 +83,186 @@ def case_d_llama405b_16384() -> str:
                  "fabric": "multi-pod", "network": "flow"})
 
 
+SIMAI_FILES = {"micro": "microAllReduce.txt", "gpt7b": "aicb_gpt7b_128gpu_tp4_ga8.txt",
+               "moe": "workload_analytical.txt"}
+
+
+def _simai_file(key: str) -> str:
+    return str(SHARED / "data" / "simai_examples" / SIMAI_FILES[key])
+
+
+def _analytical(key: str) -> str:
+    return _run({"workload": _simai_file(key), "network": "analytical"})
+
+
+def _process(key: str, bare: bool) -> str:
+    """The whole CLI command in a subprocess: its wall time and peak RSS."""
+    with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
+        cmd = [sys.executable, "-m", "sim.cli", "run", "-w", _simai_file(key), "-n", "analytical",
+               "-o", str(Path(tmp) / "out"), "-q"] + (["--no-trace", "--no-charts"] if bare else [])
+        t0 = time.perf_counter()
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        return f"FAILED rc {done.returncode}: {done.stderr.strip().splitlines()[-1:]}"
+    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
+    simulated = next((ln for ln in done.stdout.splitlines() if ln.startswith("simulated in")), "")
+    return f"whole process {wall:.3f} s, {rss:.0f} MB; {simulated.split(';')[0]}"
+
+
+def _simai_bin(key: str) -> str:
+    """SimAI's analytical binary (SIMAI_BIN) on the same file: wall time of the process."""
+    binary = os.environ.get("SIMAI_BIN")
+    if not binary:
+        return "skipped: set SIMAI_BIN to a SimAI_analytical built by ../shared/tools/simai-analytical/build.sh"
+    path = _simai_file(key)
+    with open(path) as fh:
+        head = fh.readline().split()
+    gpus = head[head.index("all_gpus:") + 1] if "all_gpus:" in head else "8"
+    run_dir = Path(binary).resolve().parent.parent      # SimAI reads and writes relative to its folder
+    cmd = [binary, "-w", path, "-g", gpus, "-g_p_s", "8", "-r", f"bench-{key}-"]
+    if key == "moe":     # the README's command for its MoE example
+        cmd += ["-nv", "360", "-nic", "48.5", "-n_p_s", "8"]
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=run_dir)
+    wall = time.perf_counter() - t0
+    total = next((ln.strip() for ln in done.stdout.splitlines() if "total time" in ln.lower()), "")
+    return f"SimAI whole process {wall:.3f} s (rc {done.returncode}) {total}"
+
+
+def _simai_cases() -> dict:
+    cases = {}
+    for key in SIMAI_FILES:
+        cases[f"simai_{key}_analytical"] = globals()[f"case_simai_{key}"]
+        cases[f"simai_{key}_process"] = globals()[f"case_simai_{key}_process"]
+        cases[f"simai_{key}_process_bare"] = globals()[f"case_simai_{key}_process_bare"]
+        cases[f"simai_{key}_simai_bin"] = globals()[f"case_simai_{key}_bin"]
+    return cases
+
+
+# module-level zero-argument cases (the harness runs them in spawned processes)
+def case_simai_micro() -> str:
+    return _analytical("micro")
+
+
+def case_simai_gpt7b() -> str:
+    return _analytical("gpt7b")
+
+
+def case_simai_moe() -> str:
+    return _analytical("moe")
+
+
+def case_simai_micro_process() -> str:
+    return _process("micro", False)
+
+
+def case_simai_gpt7b_process() -> str:
+    return _process("gpt7b", False)
+
+
+def case_simai_moe_process() -> str:
+    return _process("moe", False)
+
+
+def case_simai_micro_process_bare() -> str:
+    return _process("micro", True)
+
+
+def case_simai_gpt7b_process_bare() -> str:
+    return _process("gpt7b", True)
+
+
+def case_simai_moe_process_bare() -> str:
+    return _process("moe", True)
+
+
+def case_simai_micro_bin() -> str:
+    return _simai_bin("micro")
+
+
+def case_simai_gpt7b_bin() -> str:
+    return _simai_bin("gpt7b")
+
+
+def case_simai_moe_bin() -> str:
+    return _simai_bin("moe")
+
+
+# ---------------------------------------------------------------- flow backend scaling (issue 16)
+# Targets: GPT-3 175B at 16,384 GPUs <= 10 s with a fitted exponent of wall vs world size (64 -> 16,384)
+# <= 0.3; Llama-3.1-405B / 16,384 <= 10 s and <= 1 GB; SimAI's MoE 9,216 file (flow) <= 60 s; MT-NLG 530B
+# and the 1T model <= 20 s each (flow). Run `python benchmarks/bench_sim.py gpt3_scaling` to get the
+# exponent printed after the series.
+GPT3_SERIES = (64, 1024, 4096, 16384)
+
+
+def _gpt3_175b(world: int) -> str:
+    """GPT-3 175B, TP 8, PP 8, DP world/64, 96 micro-batches per replica (GBS 96 x DP), flow on the
+    default fabric (Spectrum-X up to 4,096 GPUs, multi-pod above)."""
+    dp = world // 64
+    return _run({"model": "gpt3-175b", "plan": {"tp": 8, "pp": 8, "dp": dp, "global_batch_size": 96 * dp,
+                                                "micro_batch_size": 1, "seq_length": 2048,
+                                                "sequence_parallel": True, "distributed_optimizer": True},
+                 "fabric": None, "network": "flow"})
+
+
+def case_gpt3_64() -> str:
+    return _gpt3_175b(64)
+
+
+def case_gpt3_1024() -> str:
+    return _gpt3_175b(1024)
+
+
+def case_gpt3_4096() -> str:
+    return _gpt3_175b(4096)
+
+
+def case_gpt3_16384() -> str:
+    return _gpt3_175b(16384)
+
+
+def case_moe_9216_flow() -> str:
+    """SimAI's 9,216-GPU MoE example file with the flow backend."""
+    return _run({"workload": _simai_file("moe"), "network": "flow"})
+
+
+def case_mtnlg_530b() -> str:
+    """MT-NLG 530B: 105 layers, hidden 20480, 128 heads, TP 8, PP 35, 2,520 A100, GBS 2,520, seq 2048, flow."""
+    return _run({"model": "mt-nlg-530b",
+                 "plan": {"tp": 8, "pp": 35, "dp": 9, "global_batch_size": 2520, "micro_batch_size": 1,
+                          "seq_length": 2048, "sequence_parallel": True, "distributed_optimizer": True},
+                 "gpu": "A100", "fabric": None, "network": "flow"})
+
+
+def case_1t() -> str:
+    """1T model: 128 layers, hidden 25600, 160 heads, TP 8, PP 64, 3,072 A100, GBS 3,072, seq 2048, flow."""
+    return _run({"model": "gpt-1t",
+                 "plan": {"tp": 8, "pp": 64, "dp": 6, "global_batch_size": 3072, "micro_batch_size": 1,
+                          "seq_length": 2048, "sequence_parallel": True, "distributed_optimizer": True},
+                 "gpu": "A100", "fabric": None, "network": "flow"})
+
+
+def _fit_exponent(worlds, walls) -> float:
+    """Least-squares slope of log(wall) against log(world size)."""
+    xs = [math.log(w) for w in worlds]
+    ys = [math.log(t) for t in walls]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+
+
+def _gpt3_scaling() -> None:
+    from harness import run_case
+    walls = [run_case(f"gpt3_scaling_{w}gpu_flow", globals()[f"case_gpt3_{w}"])[0] for w in GPT3_SERIES]
+    print(f"gpt3_scaling fitted exponent of wall vs world size ({GPT3_SERIES[0]} -> {GPT3_SERIES[-1]}): "
+          f"{_fit_exponent(GPT3_SERIES, walls):.3f} (target <= 0.3)", flush=True)
+
+
 if __name__ == "__main__":
+    if any("gpt3_scaling" in a for a in sys.argv[1:]) or len(sys.argv) == 1:
+        _gpt3_scaling()
     run_cases({"a_gpt7b_128gpu_flow": case_a_gpt7b_128, "b_moe_9216gpu_analytical": case_b_moe_9216,
-               "c_gpt3_175b_1024gpu_flow": case_c_gpt3_1024, "d_llama405b_16384gpu_flow": case_d_llama405b_16384})
+               "c_gpt3_175b_1024gpu_flow": case_c_gpt3_1024, "d_llama405b_16384gpu_flow": case_d_llama405b_16384,
+               "moe_9216gpu_flow": case_moe_9216_flow, "mtnlg_530b_2520gpu_flow": case_mtnlg_530b,
+               "gpt_1t_3072gpu_flow": case_1t, **_simai_cases()})

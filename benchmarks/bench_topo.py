@@ -1,5 +1,6 @@
 """Topology benchmarks (issue 3 acceptance): 16,384-GPU multi-pod build + validate + write
-(< 10 s, < 2 GB RSS) and 100,000 random GPU-pair routes (< 5 s).
+(< 10 s, < 2 GB RSS) and 100,000 random GPU-pair routes (< 5 s); drawing the 16,384-GPU multi-pod and
+224 x NVL72 fabrics (< 5 s each, build excluded).
 
     python benchmarks/bench_topo.py [filter]
 """
@@ -66,8 +67,34 @@ def route_100k_nvl72() -> str:
     return f"routing {time.perf_counter() - t0:.2f}s; {len(t.nodes)} nodes {t.num_cables} cables"
 
 
+def _draw(t) -> str:
+    from topo.draw import draw_topology, drawing_view
+
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.perf_counter()
+        draw_topology(t, os.path.join(d, "t.png"))
+        dt = time.perf_counter() - t0
+        size = os.path.getsize(os.path.join(d, "t.png"))
+    return f"{drawing_view(t)} view drawn in {dt:.2f}s (build excluded), PNG {size / 1e3:.0f} kB"
+
+
+def draw_multipod() -> str:
+    from topo import build
+
+    return _draw(build("multi-pod", gpus=GPUS))
+
+
+def draw_nvl72() -> str:
+    from topo import build
+
+    return _draw(build("multi-pod", gpus=72 * 224, gpus_per_server=4, nvswitch_chips=18, nvlink_domain_size=72,
+                       nvlink_bandwidth_Bps="7200Gbps", gpu_type="GB200"))
+
+
 if __name__ == "__main__":
     run_cases({
+        "topo: draw multi-pod 16384 (target < 5 s)": draw_multipod,
+        "topo: draw 224 x NVL72 multi-pod (target < 5 s)": draw_nvl72,
         "topo: multi-pod 16384 build+validate+write": build_validate_write,
         "topo: route 100k pairs, multi-pod 16384": route_100k,
         "topo: route 100k pairs, 224 x NVL72 multi-pod": route_100k_nvl72,

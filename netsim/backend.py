@@ -243,17 +243,20 @@ class FlowNetwork:
 
     options: pxn (route inter-node traffic through the NVLink peer on the destination rail),
     use_numba (None: automatic), check_invariants (debug: capacity, byte conservation, completion),
-    record_flows / record_link_timeline (statistics).
+    record_flows / record_link_timeline / record_link_changes (statistics; record_link_changes keeps only
+    the links whose load changed at each rate recomputation, for netsim.linktrace).
     """
 
     kind = "flow"
 
     def __init__(self, topology, *, pxn: bool = False, use_numba: bool | None = None,
                  check_invariants: bool = False, record_flows: bool = False,
-                 record_link_timeline: bool = False, planner: Planner | None = None, **model_options):
+                 record_link_timeline: bool = False, record_link_changes: bool = False,
+                 planner: Planner | None = None, **model_options):
         self.planner = planner or Planner(topology, pxn=pxn, **model_options)
         self.options = dict(use_numba=use_numba, check_invariants=check_invariants,
-                            record_flows=record_flows, record_link_timeline=record_link_timeline)
+                            record_flows=record_flows, record_link_timeline=record_link_timeline,
+                            record_link_changes=record_link_changes)
         self.engine = FlowEngine(self.planner.view.capacity_Bps, **self.options)
         self.records: list[CollectiveRecord] = []
         self._in_flight = 0
@@ -334,11 +337,12 @@ def make_backend(kind: str, topology, *, net_calibration: NetCalibration | None 
     net_calibration: a NetCalibration (netsim.load_net_calibration) replacing netsim's constants for
     one system. Options of both backends: pxn, launch_overhead (host launch cost per call; default
     True), gpus_per_process (nccl-tests -g; default 1), routing ("auto" default: rail-aligned on rail-optimized fabrics, else ECMP | "rail" | "ecmp").
-    "flow" only: use_numba, check_invariants, record_flows, record_link_timeline.
+    "flow" only: use_numba, check_invariants, record_flows, record_link_timeline, record_link_changes.
     """
     both = {"pxn", "launch_overhead", "gpus_per_process", "routing"}
     if kind == "flow":
-        allowed = both | {"use_numba", "check_invariants", "record_flows", "record_link_timeline"}
+        allowed = both | {"use_numba", "check_invariants", "record_flows", "record_link_timeline",
+                          "record_link_changes"}
     elif kind == "analytical":
         allowed = both
     else:

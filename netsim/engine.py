@@ -22,6 +22,8 @@ import numpy as np
 from netsim.errors import NetsimError
 from netsim.maxmin import maxmin_rates
 
+# record_link_changes keeps at most this many (link, load) entries (16 bytes each, about 320 MB)
+LINK_CHANGES_LIMIT = 20_000_000
 _EMPTY_I = np.zeros(0, dtype=np.int64)
 _EMPTY_F = np.zeros(0, dtype=np.float64)
 
@@ -44,12 +46,14 @@ class FlowEngine:
     """
 
     def __init__(self, capacity_Bps, *, use_numba: bool | None = None, check_invariants: bool = False,
-                 record_flows: bool = False, record_link_timeline: bool = False):
+                 record_flows: bool = False, record_link_timeline: bool = False,
+                 record_link_changes: bool = False):
         self.capacity_Bps = np.asarray(capacity_Bps, dtype=np.float64)
         self.use_numba = use_numba
         self.check_invariants = check_invariants
         self.record_flows = record_flows
         self.record_link_timeline = record_link_timeline
+        self.record_link_changes = record_link_changes
         self.now_s = 0.0
         self._links: list[np.ndarray] = []
         self._w: list[np.ndarray] = []
@@ -76,6 +80,12 @@ class FlowEngine:
         self.link_bytes = np.zeros(len(self.capacity_Bps))   # bytes carried per link (weighted)
         self.flow_records: list[FlowRecord] = []
         self.link_timeline: list[tuple[float, np.ndarray]] = []  # (t_s, load_Bps from t_s on)
+        # sparse form (record_link_changes): (t_s, link ids whose load changed, their load_Bps from t_s on)
+        self.link_changes: list[tuple[float, np.ndarray, np.ndarray]] = []
+        self._recorded_load = np.zeros(len(self.capacity_Bps)) if record_link_changes else None
+        self.link_changes_limit = LINK_CHANGES_LIMIT
+        self.link_changes_stopped_s = math.nan   # set when the limit stopped the recording
+        self._n_change_entries = 0
         self.recomputes = 0
 
     # ---------------------------------------------------------------- flows
@@ -118,8 +128,7 @@ class FlowEngine:
             self._fin = _EMPTY_F
             self._fin_min = math.inf
             self._link_load[:] = 0.0
-            if self.record_link_timeline:
-                self.link_timeline.append((self.now_s, self._link_load.copy()))
+            self._record_loads()
             return
         lens, fl, fw, caps = self._act_lens, self._act_fl, self._act_fw, self._act_caps
         ptr = np.zeros(len(ids) + 1, dtype=np.int64)
@@ -142,8 +151,22 @@ class FlowEngine:
             stuck = (rates <= 0) & (self._act_rem > 0)
             if stuck.any():
                 raise AssertionError(f"flow {int(ids[np.nonzero(stuck)[0][0]])} has rate 0")
+        self._record_loads()
+
+    def _record_loads(self) -> None:
         if self.record_link_timeline:
             self.link_timeline.append((self.now_s, self._link_load.copy()))
+        if self.record_link_changes and self.link_changes_stopped_s != self.link_changes_stopped_s:
+            # only the links whose load changed: a step function stored as its steps
+            changed = np.nonzero(self._link_load != self._recorded_load)[0]
+            if self._n_change_entries + len(changed) > self.link_changes_limit:
+                self.link_changes_stopped_s = self.now_s      # bounded memory on huge traced runs
+                return
+            self._n_change_entries += len(changed)
+            if len(changed):
+                vals = self._link_load[changed]
+                self._recorded_load[changed] = vals
+                self.link_changes.append((self.now_s, changed, vals.copy()))
 
     def _finish_times(self) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):

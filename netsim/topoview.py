@@ -1,7 +1,13 @@
 """netsim's view of a topo.Topology: directed channels, effective capacities, routes, GPU facts.
 
 Channels are the directed links of the topology (topo models a cable as two directed links). The
-engine sees channel capacities = line rate x calibrated efficiency of the link class.
+engine sees channel capacities = line rate x calibrated efficiency of the link class x the link's
+capacity_factor (degraded parts, topo.faults) x (1 - error_rate).
+
+error_rate is read as a per-packet loss probability p (the ns-3 error model of SimAI files). Modelling
+choice: selective-repeat retransmission, where each lost packet is sent again and nothing else, so
+the goodput is (1 - p) of the rate. Go-back-N (older RoCE NICs) loses more, 1 / (1 + p W) with W the
+window in packets; that needs a per-path window and is not modelled.
 """
 
 from __future__ import annotations
@@ -55,19 +61,23 @@ class TopoView:
         kind = [str(lk.kind) for lk in links]
         bw = np.fromiter((float(lk.bandwidth_Bps) for lk in links), dtype=np.float64, count=nl)
         lat = np.fromiter((float(lk.latency_s) for lk in links), dtype=np.float64, count=nl)
+        # share of the capacity a link delivers: a degraded part's factor (topo.faults) x (1 - error_rate),
+        # the goodput of selective-repeat retransmission at per-packet loss probability error_rate
+        health = np.fromiter((float(getattr(lk, "capacity_factor", 1.0)) * (1.0 - float(getattr(lk, "error_rate", 0.0)))
+                              for lk in links), dtype=np.float64, count=nl)
         pairs = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(src.tolist(), dst.tolist()))}
         # topo.Topology links are directed (a cable = two links); a topology whose links have no
         # reverse twin is read as full duplex: channel 2L = link L forward, 2L + 1 = backward.
         self.directed = all((b, a) in pairs for (a, b) in pairs)
         if self.directed:
             self.ch_src, self.ch_dst, self.ch_kind = src, dst, kind
-            ch_bw, ch_lat = bw, lat
+            ch_bw, ch_lat, ch_health = bw, lat, health
             self._rev = np.array([pairs[(int(b), int(a))] for a, b in zip(src, dst)], dtype=np.int64)
         else:
             self.ch_src = np.stack([src, dst], axis=1).reshape(-1)
             self.ch_dst = np.stack([dst, src], axis=1).reshape(-1)
             self.ch_kind = [k for k in kind for _ in (0, 1)]
-            ch_bw, ch_lat = np.repeat(bw, 2), np.repeat(lat, 2)
+            ch_bw, ch_lat, ch_health = np.repeat(bw, 2), np.repeat(lat, 2), np.repeat(health, 2)
             self._rev = np.arange(2 * nl, dtype=np.int64) ^ 1
         self.link_src, self.link_dst = src, dst
         override = {} if calibration is None else {
@@ -76,7 +86,7 @@ class TopoView:
         eff = np.array([override.get(k) or cal.link_efficiency(k, b, self.gpu_type)
                         for k, b in zip(self.ch_kind, ch_bw)])
         self.line_Bps = ch_bw
-        self.capacity_Bps = ch_bw * eff
+        self.capacity_Bps = ch_bw * eff * ch_health
         self.latency_s = ch_lat
         self.node_kind = {n.id: str(n.kind) for n in topology.nodes}
         self._tier = {n.id: str(n.tier) for n in topology.nodes}

@@ -117,9 +117,10 @@ def run(args) -> int:
     _apply_defaults(args)
     timer = None
     if args.aiob_enable or args.comp_filepath:
-        timer = kernel_timer(args.gpu_type or "H100", args.comp_filepath)
         from compute_db import open_db
-        open_db().gpu(args.gpu_type or "H100")    # an unknown --gpu_type fails before generating
+        db = open_db()
+        timer = kernel_timer(args.gpu_type or "H100", args.comp_filepath, db=db)
+        db.gpu(args.gpu_type or "H100")    # an unknown --gpu_type fails before generating
     elif args.gpu_type:
         args.aicb_notes = list(args.aicb_notes or []) + [
             f"--gpu_type {args.gpu_type}: ignored without --aiob_enable (the file carries PLACEHOLDER times)"]

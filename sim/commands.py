@@ -137,14 +137,30 @@ def run_job(job: dict, progress: bool = False, trace: bool = False, row_key=None
     db = open_job_db(job)
     cal = load_net_calibration(job.get("net_calibration"))
     workload, topology, gpu = build_inputs(job)
+    from sim.fabric_faults import apply_job_faults, check_placeable
+    healthy = topology
+    topology, faults = apply_job_faults(job, healthy)   # bad part names: one line, before simulating
+    placement = job.get("mapping")
+    if faults:
+        from sim.placement import place
+        placement = place(workload.plan, topology, placement)
+        check_placeable(healthy, faults, topology, placement)
     net_opts = None
     if job.get("simai"):   # SimAI's -nv / -nic / -busbw / PXN (sim.simai_compat)
         from sim.simai_compat import network_settings
         cal, net_opts = network_settings(job["simai"], topology, cal)
+    stragglers = None
+    if job.get("stragglers"):   # sim.straggler: {"fixed": ["RANK=FACTOR", ...], "dist": "lognormal:..."}
+        from sim.straggler import make_spec
+        stragglers = make_spec(job["stragglers"].get("fixed"), job["stragglers"].get("dist"))
     rep = simulate(workload, topology, gpu=gpu, network=job.get("network") or "flow", db=db,
-                   net_calibration=cal, placement=job.get("mapping"), progress=progress, network_options=net_opts,
-                   sampling=job.get("sampling") or "auto", trace=trace, row_key=row_key or _row_key_for(workload))
+                   net_calibration=cal, placement=placement, progress=progress, network_options=net_opts,
+                   # faults break the symmetry "auto" sampling relies on: every group is submitted
+                   sampling="full" if faults else job.get("sampling") or "auto", trace=trace,
+                   row_key=row_key or _row_key_for(workload), stragglers=stragglers)
     rep.meta["fabric"] = job.get("fabric")
+    if faults:
+        rep.meta["faults"] = faults.describe()
     return (rep, workload, topology) if return_inputs else rep
 
 
@@ -178,12 +194,25 @@ def summary_row(label: dict, rep=None, error: str = "") -> dict:
 
 
 def _job_worker(args):
-    label, job = args
+    label, job, *train = args    # train: [sim.train_cost.TrainingInputs] when cost/energy columns are wanted
+    from sim.train_cost import estimate_for_run, training_columns
+    inputs = train[0] if train else None
     try:
-        rep = run_job(job)
-        return summary_row(label, rep)
+        rep, workload, topology = run_job(job, return_inputs=True)
+        row = summary_row(label, rep)
+        if inputs is not None:
+            est = estimate_for_run(rep, workload, topology, inputs, job)
+            row = _with_columns(row, training_columns(est, inputs.train_tokens is not None))
+        return row
     except Exception as exc:  # a failed grid point must not stop the sweep; reported in its row
-        return summary_row(label, None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        row = summary_row(label, None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        return row if inputs is None else _with_columns(row, training_columns(None, inputs.train_tokens is not None))
+
+
+def _with_columns(row: dict, extra: dict) -> dict:
+    """`row` with `extra` columns inserted before its last (error) column."""
+    error = row.pop("error")
+    return {**row, **extra, "error": error}
 
 
 # ---------------------------------------------------------------- argument helpers
@@ -210,6 +239,8 @@ def _add_inputs(p: argparse.ArgumentParser, fabric_flag: bool = True) -> None:
     t.add_argument("--gpu-type", help="GPU type written into a template topology (e.g. A100, H100)")
     t.add_argument("--mapping", help="rank -> GPU mapping file (JSON list or one id per line)")
     add_calibration_args(p)
+    from sim.fabric_faults import add_fault_arguments
+    add_fault_arguments(p)
     s = p.add_argument_group("simulation")
     s.add_argument("--network", "-n", choices=("flow", "analytical"), default="flow",
                    help="network backend (default flow)")
@@ -227,7 +258,13 @@ def _job_from_args(args) -> dict:
             "fabric": getattr(args, "fabric", None), "gpus": args.gpus, "gpu": args.gpu,
             "gpu_type": args.gpu_type, "network": args.network, "sampling": args.sampling,
             "mapping": args.mapping, "db": args.db, "gpu_file": args.gpu_file,
-            "net_calibration": args.net_calibration, "simai": _simai_options(args)}
+            "net_calibration": args.net_calibration, "simai": _simai_options(args),
+            "faults": _fault_options(args)}
+
+
+def _fault_options(args) -> dict | None:
+    from sim.fabric_faults import fault_options
+    return fault_options(args)
 
 
 def _simai_options(args) -> dict | None:
@@ -252,7 +289,8 @@ def cmd_run(args) -> int:
         job = dict(EXAMPLE_JOB)
         job.update({k: v for k, v in (("gpus", args.gpus), ("gpu", args.gpu), ("gpu_type", args.gpu_type),
                                       ("mapping", args.mapping), ("db", args.db), ("gpu_file", args.gpu_file),
-                                      ("net_calibration", args.net_calibration)) if v})
+                                      ("net_calibration", args.net_calibration),
+                                      ("faults", _fault_options(args))) if v})
         if args.fabric:
             job["fabric"] = args.fabric
         job["network"], job["sampling"] = args.network, args.sampling
@@ -264,6 +302,10 @@ def cmd_run(args) -> int:
                   "TP4 (SP) x PP2 x DP4, 8 micro-batches of 4096 tokens", file=sys.stderr)
     else:
         job = _job_from_args(args)
+    if getattr(args, "straggler", None) or getattr(args, "straggler_dist", None):
+        from sim.straggler import make_spec
+        make_spec(args.straggler, args.straggler_dist)   # bad flags fail before simulating
+        job["stragglers"] = {"fixed": list(args.straggler or []), "dist": args.straggler_dist}
     if job.get("simai"):
         from sim.simai_compat import check_options
         check_options(job["simai"])   # SimAI inputs read and checked before simulating
@@ -274,6 +316,9 @@ def cmd_run(args) -> int:
     train_inputs = load_training_inputs(args) if training_wanted(args) else None   # bad files fail early
     from sim.report import parse_ranks
     trace_ranks = parse_ranks(args.trace_ranks) if args.trace_ranks else None
+    from sim.trace_args import LINK_SERIES_KEPT
+    if not 0 <= args.trace_links <= LINK_SERIES_KEPT:
+        raise SimError(f"--trace-links: {args.trace_links} is not in 0..{LINK_SERIES_KEPT}")
     t0 = time.perf_counter()
     rep, workload, topology = run_job(job, progress=_progress_wanted(args),
                                       trace=not args.no_trace or not args.no_charts, return_inputs=True)
@@ -283,13 +328,16 @@ def cmd_run(args) -> int:
         from sim.train_cost import estimate_for_run
         train = estimate_for_run(rep, workload, topology, train_inputs, job)
     name = Path(job["workload"]).name if job.get("workload") else (job.get("model") or "run")
+    from sim.straggler import format_straggler
+    tail = "\n".join(t for t in (format_straggler(rep.stragglers) if rep.stragglers else "",
+                                  format_training(train) if train else "") if t)
     out = None
     if args.out != "-":
         out = write_results(rep, args.out, run_name=args.name or name, charts=not args.no_charts,
                             trace=not args.no_trace, extra={k: v for k, v in job.items() if v is not None},
-                            trace_ranks=trace_ranks,
+                            trace_ranks=trace_ranks, trace_links=args.trace_links,
                             sections={"training": train.to_dict()} if train else None,
-                            summary_tail=format_training(train) if train else "")
+                            summary_tail=tail, workload=workload, topology=topology)
     if args.json:
         data = rep.to_dict()
         if train:
@@ -300,6 +348,8 @@ def cmd_run(args) -> int:
         print(json.dumps(data, indent=2, default=str))
     else:
         print(format_summary(rep))
+        if rep.stragglers:
+            print(format_straggler(rep.stragglers))
         if train:
             print(format_training(train))
         if args.explain:
@@ -345,32 +395,53 @@ def cmd_compare(args) -> int:
         for _, job in jobs:
             job["model"] = EXAMPLE_JOB["model"]
             job["plan"] = {**EXAMPLE_JOB["plan"], **job["plan"]}
+    from sim.fabric_faults import check_job_faults, fault_variants, with_variant
+    variants = fault_variants(args)
+    if variants:   # healthy vs degraded side by side: every configuration under every fault set
+        jobs = [({**label, "faults": name}, with_variant(job, name, items))
+                for label, job in jobs for name, items in variants]
+    for _, job in jobs:
+        check_job_faults(job)   # misspelt parts fail before any simulation
     if args.out != "-":
         from sim.report import COMPARE_FILES, check_out_dir
         check_out_dir(args.out, COMPARE_FILES)
-    reports = []
+    from sim.train_cost import estimate_for_run, load_training_inputs, training_wanted
+    train_inputs = load_training_inputs(args) if training_wanted(args) else None   # bad files fail early
+    reports, estimates = [], []
     for label, job in jobs:
         if not args.quiet:
             print(f"simulating {label} ...", file=sys.stderr)
-        reports.append((label, run_job(job)))
+        rep, workload, topology = run_job(job, return_inputs=True)
+        reports.append((label, rep))
+        if train_inputs is not None:
+            estimates.append(estimate_for_run(rep, workload, topology, train_inputs, job))
     if len({rep.meta.get("gpu") for _, rep in reports}) > 1:
         # fabrics of different GPU types change compute too: say so in every label
         for label, rep in reports:
             label["gpu"] = rep.meta.get("gpu")
     rows = [summary_row(label, rep) for label, rep in reports]
     table = format_compare(reports)
+    if estimates:
+        from sim.train_cost import format_training_table, training_columns
+        to_train = train_inputs.train_tokens is not None
+        rows = [_with_columns(r, training_columns(e, to_train)) for r, e in zip(rows, estimates)]
+        table += "\n\n" + format_training_table([(_label_text(lab), e) for (lab, _), e in zip(reports, estimates)])
     print(table)
 
     def write(tmp: Path) -> None:
         (tmp / "compare.csv").write_text(_csv_text(rows))
         (tmp / "compare.txt").write_text(table + "\n")
-        (tmp / "compare.json").write_text(json.dumps([{"label": lab, **rep.to_dict()} for lab, rep in reports],
-                                                     indent=2, default=str) + "\n")
+        entries = [{"label": lab, **rep.to_dict()} for lab, rep in reports]
+        for entry, est in zip(entries, estimates):
+            entry["training"] = est.to_dict()
+        (tmp / "compare.json").write_text(json.dumps(entries, indent=2, default=str) + "\n")
         plot_compare(reports, tmp / "compare.png")
+        from sim.html.compare_report import compare_html
+        (tmp / "report.html").write_text(compare_html(reports), encoding="utf-8")
     if args.out != "-":
         from sim.report import COMPARE_FILES
         out = atomic_dir(args.out, write, COMPARE_FILES)
-        print(f"results in {out}/ (compare.csv, compare.png)")
+        print(f"results in {out}/ (compare.csv, compare.png, report.html)")
     return 0
 
 
@@ -470,13 +541,27 @@ def sweep_jobs(base: dict, grids: list[str], fabrics: list[str] | None, networks
     return jobs
 
 
+def sweep_html_path(csv_path: Path) -> Path:
+    """The HTML report beside a sweep CSV: NAME.csv -> NAME.html (another name: NAME.EXT.html)."""
+    return csv_path.with_suffix(".html") if csv_path.suffix.lower() == ".csv" else Path(f"{csv_path}.html")
+
+
 def cmd_sweep(args) -> int:
     base = _job_from_args(args)
     if not base["workload"] and not base["model"]:
         raise SimError("sweep needs --model NAME|FILE or --workload FILE")
     jobs = sweep_jobs(base, args.grid or [], args.fabrics, args.networks)
+    if base.get("faults"):   # misspelt parts: one error before any simulation, not one per row
+        from sim.fabric_faults import check_job_faults
+        for fab in dict.fromkeys(job.get("fabric") for _, job in jobs):
+            check_job_faults(next(job for _, job in jobs if job.get("fabric") == fab))
     from sim.outpath import check_writable
     check_writable(args.out, kind="CSV file")  # before any simulation
+    check_writable(sweep_html_path(Path(args.out)))
+    from sim.train_cost import load_training_inputs, training_wanted
+    if training_wanted(args):   # cost/energy columns; bad tables fail before any simulation
+        inputs = load_training_inputs(args)
+        jobs = [(label, job, inputs) for label, job in jobs]
     from sim.mpi import mpi_comm
     comm = mpi_comm()
     if comm is not None:
@@ -499,8 +584,10 @@ def cmd_sweep(args) -> int:
     out = Path(args.out)
     from sim.outpath import atomic_write
     atomic_write(out, _csv_text(rows).encode(), kind="CSV file")
+    from sim.html.compare_report import sweep_html
+    atomic_write(sweep_html_path(out), sweep_html(rows, out.name).encode())
     failed = sum(1 for r in rows if r["error"])
-    print(f"sweep: {len(rows)} runs ({mode}), {failed} failed; results in {out}")
+    print(f"sweep: {len(rows)} runs ({mode}), {failed} failed; results in {out} (report: {sweep_html_path(out)})")
     return 0
 
 
@@ -518,10 +605,18 @@ def register(subparsers) -> None:
     p.add_argument("--no-trace", action="store_true", help="skip the Chrome trace")
     p.add_argument("--trace-ranks", metavar="LIST",
                    help="ranks whose pipeline stages trace.json shows, e.g. 0,16 or 0-15 (default: every stage)")
+    p.add_argument("--trace-links", metavar="N", type=int, default=8,
+                   help="counter tracks of the N busiest links' utilisation in trace.json (flow network; "
+                        "default 8, at most 32, 0: none)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--explain", action="store_true",
                    help="also print which parts of the time rest on measurements and which on models")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.add_argument("--straggler", action="append", metavar="RANK=FACTOR",
+                   help="rank whose kernels take FACTOR (>= 1) times as long (repeatable); the iteration is "
+                        "also simulated healthy and the slowdown and exposed straggler time are reported")
+    p.add_argument("--straggler-dist", metavar="lognormal:sigma=S,seed=N",
+                   help="every rank's kernel-time factor drawn as exp(S |z|), z ~ N(0,1), seeded")
     from sim.simai_compat import add_run_arguments
     add_run_arguments(p)
     from sim.train_cost import add_training_arguments
@@ -534,8 +629,11 @@ def register(subparsers) -> None:
                    help="fabric to compare (repeatable): template[:key=value,...] or SimAI topology file")
     c.add_argument("--plan", dest="plans", action="append",
                    help="plan variant (repeatable): inline 'tp=8,pp=2' or a plan file")
+    from sim.fabric_faults import add_variant_argument
+    add_variant_argument(c)
     c.add_argument("--out", "-o", default="clustersim-compare", help="results directory ('-' = none)")
     c.add_argument("--quiet", "-q", action="store_true")
+    add_training_arguments(c)
     c.set_defaults(func=cmd_compare)
 
     s = subparsers.add_parser("sweep", help="grid of runs (parallel under mpiexec or local processes) -> one CSV")
@@ -545,8 +643,11 @@ def register(subparsers) -> None:
     s.add_argument("--network-grid", dest="networks", action="append", choices=("flow", "analytical"))
     s.add_argument("--jobs", "-j", type=int, default=2, help="local worker processes without MPI (default 2)")
     s.add_argument("--out", "-o", default="clustersim-sweep.csv", help="CSV file (written atomically)")
+    add_training_arguments(s)
     s.set_defaults(func=cmd_sweep)
 
     from sim import aicb, simai_compat
     aicb.register(subparsers)   # `clustersim aicb`: AICB's generator with compute_db kernel timing
     simai_compat.register(subparsers)   # `clustersim simai`: SimAI's command lines (scripts/SimAI_*)
+    from sim import cluster_cli
+    cluster_cli.register(subparsers)    # `clustersim cluster`: several jobs on one fabric (sim.cluster)

@@ -16,6 +16,11 @@ Model (what is simulated):
   consumer task starts when its data has arrived. Sends are asynchronous for the sender (two streams,
   towards the next and the previous stage).
 - Cross-stage collectives ("mp", "embedding") start when every participating stage has reached them.
+- Stragglers (optional, `stage_factors`, sim.straggler): a stage representative's kernels take its
+  factor times as long; its extra kernel time since its last TP/CP/EP collective is what its healthy
+  group peers wait at the next one (StageStats.straggler_wait_s).
+- Several engines can share one backend (sim.cluster): `start(t0)`, `next_time`/`step_one` and `finish`
+  let a driver interleave their events with the backend's; `run` is the same loop for one engine alone.
 - Launches and the host (optional, `host`: sim.overheads.HostOverheads): every op is issued by the
   rank's host in program order; a kernel starts no earlier than its issue time plus the launch gap; the
   host catches up with the GPU after `.item()` reads and, with megatron-core's batched p2p, at every
@@ -76,6 +81,7 @@ from workload_gen.workload import REPORT_GROUP, CommOp
 REPORT_KEYS = ("TP", "CP", "EP", "DP", "PP")
 _CROSS_STAGE = ("mp", "embedding")
 _DP_KINDS = ("dp", "dp_cp", "edp", "embedding", "mp")
+_LOCKSTEP_KINDS = ("tp", "cp", "ep", "etp")   # groups inside one stage of one model replica (or its EP peers)
 
 
 def report_group(kind: str) -> str:
@@ -125,6 +131,10 @@ class StageStats:
     exposed_kind_s: dict = field(default_factory=dict)   # raw group kind (tp, dp, edp, ...) -> s
     overhead_s: float = 0.0       # compute stream idle waiting for kernel launches / the host
     slowdown_s: float = 0.0       # part of compute_s added by communication in flight (contention)
+    pp_wait_s: float = 0.0        # compute stream waiting for pipeline data (exposed PP + its bubble part)
+    # stragglers (stage_factors): extra kernel time of this stage's slowest rank charged to the next
+    # TP/CP/EP collective of its groups = time its healthy group peers wait there (report group -> s)
+    straggler_wait_s: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -176,9 +186,11 @@ class Engine:
 
     def __init__(self, workload, placement, topology, backend, op_time_s: Callable,
                  sampling: str = "auto", trace: bool = False, row_key: Callable | None = None,
-                 progress: bool = False, host=None, contention=None) -> None:
+                 progress: bool = False, host=None, contention=None, stage_factors=None) -> None:
         """host: sim.overheads.HostOverheads (None: kernels start back to back, no host);
-        contention: sim.contention.ContentionModel (None: overlapped communication is free)."""
+        contention: sim.contention.ContentionModel (None: overlapped communication is free);
+        stage_factors: per pipeline stage, the kernel-time multiplier (>= 1) of the representative
+        rank (sim.straggler: the slowest rank of the stage); None: every rank at nominal speed."""
         if sampling not in ("auto", "full", "rail"):
             raise SimError(f"sampling '{sampling}': use auto, full or rail")
         self.w = workload
@@ -218,6 +230,12 @@ class Engine:
         self.host = host
         self.contention = contention
         self._fp_cache: dict = {}
+        if stage_factors is None:
+            stage_factors = [1.0] * self.p
+        stage_factors = [float(f) for f in stage_factors]
+        if len(stage_factors) != self.p or not all(math.isfinite(f) and f >= 1.0 for f in stage_factors):
+            raise SimError(f"stage_factors {stage_factors}: need {self.p} finite factors >= 1 (one per stage)")
+        self.stage_factors = stage_factors
 
     # ---------------- event queue ----------------
     def _push(self, t: float, fn, *args) -> None:
@@ -509,14 +527,19 @@ class Engine:
         return fp
 
     # ---------------- stage execution ----------------
-    def run(self) -> EngineResult:
+    def start(self, t0_s: float = 0.0) -> None:
+        """Set up the stage runs; the iteration starts at t0_s (absolute time of the backend's clock)."""
         p = self.p
+        self.t0_s = float(t0_s)
+        self._now = self.t0_s
         self.rep_ranks = [int(self.pl.stage_ranks(s)[0]) for s in range(p)]
         self.isolated = self._find_isolated()
         kind = self.w.schedule if p > 1 or self.v > 1 else "1f1b"
         if kind == "none":
             kind = "1f1b"
         self.runs = [_StageRun(self, s, stage_tasks(kind, s, p, self.m, self.v)) for s in range(p)]
+        for r in self.runs:
+            r.clock = r.host = self.t0_s     # the host starts issuing at the start too
         bar = None
         if self.progress:
             try:
@@ -527,7 +550,25 @@ class Engine:
                 bar = None
         self._bar = bar
         for r in self.runs:
-            self._push(0.0, r.step)
+            self._push(self.t0_s, r.step)
+
+    def next_time(self) -> float:
+        """Time of this engine's next own event (math.inf when none)."""
+        return self._heap[0][0] if self._heap else math.inf
+
+    def step_one(self) -> None:
+        """Run this engine's earliest event (a driver sharing the backend interleaves engines)."""
+        t, _, fn, args = heapq.heappop(self._heap)
+        self._now = max(self._now, t)
+        fn(*args)
+
+    @property
+    def all_finished(self) -> bool:
+        return all(r.finished for r in self.runs)
+
+    def run(self) -> EngineResult:
+        """Simulate one iteration alone on the backend: start, events to exhaustion, finish."""
+        self.start(0.0)
         heap = self._heap
         net = self.net
         while True:
@@ -544,17 +585,24 @@ class Engine:
                 t, _, fn, args = heapq.heappop(heap)
                 self._now = max(self._now, t)
                 fn(*args)
-        if bar is not None:
-            bar.close()
+        return self.finish()
+
+    def finish(self) -> EngineResult:
+        """Result once every stage finished; times relative to the start t0_s."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
         stuck = [r.stage for r in self.runs if not r.finished]
         if stuck:
             raise SimError(f"simulation deadlocked: stage(s) {stuck} never finished (inconsistent workload)")
-        T = max(r.stats.end_s for r in self.runs)
+        end = max(r.stats.end_s for r in self.runs)
         for r in self.runs:
-            r.stats.bubble_s += T - r.stats.end_s
-        return EngineResult(iteration_time_s=T, stages=[r.stats for r in self.runs], layers=dict(self.layers),
-                            trace=self.trace, comm_count=self.comm_count, rep_ranks=self.rep_ranks,
-                            bypassed=self.bypassed, isolated=tuple(sorted(self.isolated)), comm_log=self.comm_log)
+            r.stats.bubble_s += end - r.stats.end_s
+            r.stats.end_s -= self.t0_s
+        return EngineResult(iteration_time_s=end - self.t0_s, stages=[r.stats for r in self.runs],
+                            layers=dict(self.layers), trace=self.trace, comm_count=self.comm_count,
+                            rep_ranks=self.rep_ranks, bypassed=self.bypassed, isolated=tuple(sorted(self.isolated)),
+                            comm_log=self.comm_log)
 
 
 _ROW_PREFIXES = (("embedding", "embedding_layer"), ("final_norm", "final_layer"), ("lm_head", "final_layer"),
@@ -612,6 +660,8 @@ class _StageRun:
         self.kernel = None         # running kernel while event-driven communication is in flight
         self.sent_handles: list[Handle] = []   # pipeline sends since the last device sync
         self.kver = 0              # version of the running kernel's pending end/re-time event
+        self.factor = eng.stage_factors[stage]   # kernel-time multiplier of this stage's slowest rank
+        self.lag = 0.0             # its extra kernel time since its last TP/CP/EP collective
 
     # ---------------- contention: compute kernels beside communication in flight ----------------
     def _track(self, h: Handle, fp) -> None:
@@ -701,7 +751,18 @@ class _StageRun:
         self.clock = t1
         self.stats.compute_s += t1 - t0
         self.stats.slowdown_s += max(0.0, (t1 - t0) - dur)
+        if self.factor != 1.0:
+            self.lag += dur - dur / self.factor
         self.idx += 1
+
+    def _charge_lag(self, op) -> None:
+        """A collective of a group that runs in lock-step inside the stage (TP/CP/EP): its healthy
+        members waited there for the slow rank's extra kernel time since its previous such collective."""
+        groups = self.eng._groups_for(op.group, self.stage)
+        if groups and len(groups[0]) > 1:
+            key = report_group(op.group)
+            self.stats.straggler_wait_s[key] = self.stats.straggler_wait_s.get(key, 0.0) + self.lag
+            self.lag = 0.0
 
     # ---------------- host issue (sim.overheads) ----------------
     def _launch(self, op) -> None:
@@ -762,6 +823,8 @@ class _StageRun:
                    or (op.microbatch == "last" and mb == m - 1)]
         eng = self.eng
         durs = [0.0 if op.is_comm else float(eng.op_time_s(op)) for op in ops]
+        if self.factor != 1.0:
+            durs = [d * self.factor for d in durs]
         rows = [(eng.row_key(op), column_of(op)) for op in ops] if self.record else None
         explicit = any(op.is_comm and op.group == "pp" for op in ops)
         hit = (ops, durs, rows, explicit)
@@ -806,6 +869,7 @@ class _StageRun:
             handle.exposed_s += inflight
             self.stats.exposed_kind_s["pp"] = self.stats.exposed_kind_s.get("pp", 0.0) + inflight
             self.stats.bubble_s += dt - inflight
+            self.stats.pp_wait_s += dt
             if eng.tracing and dt > 0:
                 eng.trace.append((self.stage, "compute", "wait pipeline", t0, dt, "wait", handle))
         else:
@@ -1090,8 +1154,12 @@ class _StageRun:
                         eng.layers[row].compute_s[col] += dur
                     self.clock += dur
                     self.stats.compute_s += dur
+                    if self.factor != 1.0:
+                        self.lag += dur - dur / self.factor
                     self.idx += 1
                     continue
+                if self.lag and op.group in _LOCKSTEP_KINDS:
+                    self._charge_lag(op)
                 if self._fast_ok(op):
                     rc = self.rows[self.idx] if self.record else None
                     h = self._issue_fast(op, rc)

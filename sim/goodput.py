@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sim.errors import SimError
+from sim.tables import number, read_yaml, text_field
 
 SHIPPED_FAILURES = Path(__file__).resolve().parent / "data" / "failures.yaml"
 COMPONENT_KINDS = ("gpu", "nic", "switch", "server")
@@ -48,12 +49,14 @@ class FailureModel:
 
 @dataclass(frozen=True)
 class ComponentCounts:
-    """Units a job depends on: its GPUs, its servers and their NICs, and the fabric's network switches."""
+    """Units a job depends on: its GPUs, its servers and their NICs, and the fabric's network switches;
+    `switch_ports_used`: cables on each of those switches (sim.energy charges a switch by its ports in use)."""
 
     gpu: int
     nic: int
     switch: int
     server: int
+    switch_ports_used: tuple[int, ...] = field(default=(), compare=False)
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in COMPONENT_KINDS}
@@ -130,8 +133,13 @@ def component_counts(topology, world: int) -> ComponentCounts:
     traffic over all of them, so any one failing interrupts it; a template's whole pod counts)."""
     servers = -(-int(world) // int(topology.gpus_per_server))
     exits = {path[-2] for g in topology.gpus_of_server(0) for path in topology.gpu_ports(g) if len(path) >= 2}
-    switches = sum(1 for n in topology.nodes if n.kind == "switch" and n.tier != "pcie")
-    return ComponentCounts(gpu=int(world), nic=len(exits) * servers, switch=switches, server=servers)
+    switches = [n.id for n in topology.nodes if n.kind == "switch" and n.tier != "pcie"]
+    ports = dict.fromkeys(switches, 0)
+    for link in topology.links:      # one directed link out of a switch per cable
+        if link.src in ports:
+            ports[link.src] += 1
+    return ComponentCounts(gpu=int(world), nic=len(exits) * servers, switch=len(switches), server=servers,
+                           switch_ports_used=tuple(ports.values()))
 
 
 def checkpoint_bytes(model, bytes_per_param: float) -> float:
@@ -156,30 +164,10 @@ def estimate_goodput(model: FailureModel, counts: ComponentCounts, ckpt_bytes: f
 
 
 # ------------------------------------------------------------------------------------------- file
-def _positive(v, where: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-        raise SimError(f"{where}: must be a number > 0 (got {v!r})")
-    return float(v)
-
-
-def _read_yaml(p: Path, what: str):
-    import yaml
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SimError(f"{p}: cannot read the {what} ({exc.strerror})") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
-        raise SimError(f"{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
-
-
 def load_failure_model(path: str | Path | None = None) -> FailureModel:
     """Read a failure/checkpoint file (None: the shipped sim/data/failures.yaml); SimError on a bad entry."""
     p = Path(path) if path is not None else SHIPPED_FAILURES
-    data = _read_yaml(p, "failure model")
+    data = read_yaml(p, "failure model")
     if not isinstance(data, dict) or not isinstance(data.get("components"), dict) \
             or not isinstance(data.get("checkpoint"), dict):
         raise SimError(f"{p}: expected 'components: {{gpu|nic|switch|server: {{mtbf_hours, source}}}}' "
@@ -193,19 +181,14 @@ def load_failure_model(path: str | Path | None = None) -> FailureModel:
         entry = comps.get(kind)
         if not isinstance(entry, dict):
             raise SimError(f"{p}: components.{kind}: missing (give mtbf_hours and source)")
-        mtbf[kind] = _positive(entry.get("mtbf_hours"), f"{p}: components.{kind}.mtbf_hours") * HOUR_S
-        if not str(entry.get("source") or "").strip():
-            raise SimError(f"{p}: components.{kind}.source: missing (every MTBF says where it comes from)")
-        sources[kind] = str(entry["source"]).strip()
+        mtbf[kind] = number(entry.get("mtbf_hours"), f"{p}: components.{kind}.mtbf_hours") * HOUR_S
+        sources[kind] = text_field(entry, "source", f"{p}: components.{kind}", "every MTBF says where it comes from")
     ck = data["checkpoint"]
 
     def num(key: str) -> float:
-        return _positive(ck.get(key), f"{p}: checkpoint.{key}")
+        return number(ck.get(key), f"{p}: checkpoint.{key}")
 
-    restart = ck.get("restart_s")
-    if isinstance(restart, bool) or not isinstance(restart, (int, float)) or not math.isfinite(restart) \
-            or restart < 0:
-        raise SimError(f"{p}: checkpoint.restart_s: must be a number >= 0 (got {restart!r})")
+    restart = number(ck.get("restart_s"), f"{p}: checkpoint.restart_s", strict=False)
     storage = CheckpointStorage(
         bytes_per_param=num("bytes_per_param"),
         storage_write_Bps=num("storage_write_GBps") * 1e9, storage_read_Bps=num("storage_read_GBps") * 1e9,

@@ -62,6 +62,9 @@ class StepReport:
     kernel_time_by_family: dict = field(default_factory=dict)   # family -> provenance -> nominal kernel s
     collectives: list = field(default_factory=list, repr=False)  # one dict per communication operation
     rank_stage: list = field(default_factory=list, repr=False)   # rank -> pipeline stage
+    stragglers: dict | None = None  # sim.straggler.straggler_section when stragglers were simulated
+    # traced runs: {"links": [netsim.linktrace.LinkSeries of the hottest links], "note": str}
+    link_loads: dict | None = field(default=None, repr=False)
 
     FORMULAS = {
         "mfu": "model FLOPs (no recompute) of all ranks / (world_size * iteration_time_s * peak dense FLOP/s of plan dtype)",
@@ -110,6 +113,7 @@ class StepReport:
             "stages": list(self.stages),
             "formulas": dict(self.FORMULAS),
             "meta": dict(self.meta),
+            **({"stragglers": dict(self.stragglers)} if self.stragglers is not None else {}),
         }
 
 
@@ -194,7 +198,7 @@ def _flops(workload, times: dict, sources: dict, ranks_per_stage: int):
 def simulate(workload, topology, *, gpu: str, network="flow", db=None, placement=None,
              progress: bool = False, sampling: str = "auto", trace: bool = False,
              row_key=None, network_options: dict | None = None, net_calibration=None,
-             overheads=True, contention=True) -> StepReport:
+             overheads=True, contention=True, stragglers=None, fast_path: bool = True) -> StepReport:
     """Simulate one training iteration.
 
     network: "flow" | "analytical" (netsim.make_backend) or a NetworkBackend object.
@@ -204,6 +208,11 @@ def simulate(workload, topology, *, gpu: str, network="flow", db=None, placement
     sampling: "auto" (exploit NVLink-domain symmetry, see sim.engine) | "full".
     overheads: True (sim.overheads.for_plan), False, or a HostOverheads.
     contention: True (sim.contention.ContentionModel of the GPU), False, or a ContentionModel.
+    stragglers: a sim.straggler.StragglerSpec: the iteration is simulated twice (healthy, then with the
+    slow ranks; see sim.straggler) on fresh backends; the report is the straggler run's, with
+    StepReport.stragglers comparing both. Needs a named network backend.
+    fast_path: on a contention-free backend, run the iteration arithmetically (sim.fastpath; same
+    results) unless something needs the event engine; meta["engine"] says which ran and why.
     """
     t_wall = time.perf_counter()
     plan = workload.plan
@@ -222,6 +231,8 @@ def simulate(workload, topology, *, gpu: str, network="flow", db=None, placement
         opts = dict(network_options or {})
         if net_calibration is not None:
             opts["net_calibration"] = net_calibration
+        if trace and network == "flow":
+            opts.setdefault("record_link_changes", True)   # link counters of the trace (netsim.linktrace)
         backend = netsim.make_backend(network, topology, **opts)
         net_name = network
     else:
@@ -232,9 +243,31 @@ def simulate(workload, topology, *, gpu: str, network="flow", db=None, placement
     host = (for_plan(plan) if overheads is True else overheads if isinstance(overheads, HostOverheads) else None)
     cm = (ContentionModel(spec, bool(getattr(plan, "tp_comm_overlap", False))) if contention is True
           else contention if isinstance(contention, ContentionModel) else None)
-    eng = Engine(workload, pl, topology, backend, lambda op: times[id(op)], sampling=sampling,
-                 trace=trace, row_key=row_key, progress=progress, host=host, contention=cm)
-    res = eng.run()
+    section = factors = None
+    if stragglers is not None and stragglers.active:
+        if not isinstance(network, str):
+            raise SimError("stragglers: give the network backend by name (flow or analytical), not an object")
+        from sim.straggler import rank_factors, stage_factors
+        rank_f = rank_factors(stragglers, int(plan.world_size))
+        factors = stage_factors(rank_f, pl)
+        healthy = Engine(workload, pl, topology, netsim.make_backend(network, topology, **opts),
+                         lambda op: times[id(op)], sampling=sampling, row_key=row_key, host=host,
+                         contention=cm).run()
+    def engine():
+        return Engine(workload, pl, topology, backend, lambda op: times[id(op)], sampling=sampling,
+                      trace=trace, row_key=row_key, progress=progress, host=host, contention=cm,
+                      stage_factors=factors)
+    eng = engine()
+    from sim.fastpath import applies, run_fast
+    why_events = applies(eng) if fast_path else "fast_path=False"
+    res = run_fast(eng) if why_events is None else None
+    if res is None:
+        if why_events is None:
+            why_events, eng = "the fast path met a case it cannot order", engine()
+        res = eng.run()
+    if factors is not None:
+        from sim.straggler import straggler_section
+        section = straggler_section(stragglers, rank_f, factors, healthy, res, pl)
     T = res.iteration_time_s
     world = int(plan.world_size)
     n_st = len(res.stages)
@@ -270,12 +303,17 @@ def simulate(workload, topology, *, gpu: str, network="flow", db=None, placement
         "contention_sm_term": bool(cm is not None and cm.has_sm_term),
         "net_calibration": _calibration_source(net_calibration),
         "compute_db": _db_name(db),
+        "engine": "arithmetic (sim.fastpath)" if why_events is None else f"events (sim.engine): {why_events}",
         "wall_time_s": time.perf_counter() - t_wall,
     }
-    trace_events = res.trace
+    from sim.fastpath import no_cyclic_gc
+    with no_cyclic_gc():    # 10^5 rows on large runs
+        collective_rows = _collective_rows(res.comm_log, res.rep_ranks, eng.row_key)
+    trace_events, link_load_data = res.trace, None
     if trace:
-        from sim.trace_args import annotate
+        from sim.trace_args import annotate, link_loads
         trace_events = annotate(res.trace, times, sources, eng, backend)
+        link_load_data = link_loads(backend)
     return StepReport(
         iteration_time_s=T, compute_s=compute, exposed_comm_s=exposed, bubble_s=bubble,
         # NaN when the workload does not say (SimAI files carry kernel times, no FLOPs or sequence length)
@@ -285,23 +323,29 @@ def simulate(workload, topology, *, gpu: str, network="flow", db=None, placement
         compute_sources={k: v / total_kernel for k, v in sorted(by_source.items())},
         overhead_s=overhead, overlap_slowdown_s=slowdown, kernel_time_by_family=by_family, stages=stages, exposed_by_group_kind_s=by_kind, meta=meta, layers=res.layers, trace=trace_events,
         rep_ranks=res.rep_ranks, rep_gpus=[pl.gpu_of(r) for r in res.rep_ranks], memory=memory,
-        collectives=_collective_rows(res.comm_log, res.rep_ranks, eng.row_key),
-        rank_stage=[pl.stage_of(r) for r in range(world)])
+        collectives=collective_rows,
+        rank_stage=[pl.stage_of(r) for r in range(world)], stragglers=section,
+        link_loads=link_load_data)
 
 
 def _collective_rows(log, rep_ranks, row_key) -> list[dict]:
     """Plain rows of the engine's communication log (times in s from the iteration start)."""
     rows = []
+    per_op: dict = {}     # (id(op), kind) -> (report group, layer row, phase, blocking): same at every execution
     for h in log:
         op = h.op
         pp = h.kind == "pp"
+        fixed = per_op.get((id(op), h.kind))
+        if fixed is None:
+            fixed = per_op[(id(op), h.kind)] = (
+                "PP" if pp else report_group(h.kind), "pipeline" if pp else row_key(op),
+                getattr(op, "phase", "pipeline"), bool(op.blocking) if op is not None else False)
         rows.append({
             "stage": h.stage, "rank": rep_ranks[h.stage], "group": h.kind,
-            "report_group": "PP" if pp else report_group(h.kind), "name": h.name,
+            "report_group": fixed[0], "name": h.name,
             "collective": h.collective, "size_bytes": h.size_bytes, "group_size": h.group_size,
             "peer_stage": h.peer_stage if pp else None,
-            "layer": "pipeline" if pp else row_key(op), "phase": getattr(op, "phase", "pipeline"),
-            "blocking": bool(op.blocking) if op is not None else False,
+            "layer": fixed[1], "phase": fixed[2], "blocking": fixed[3],
             "timing": "estimate" if h.fast else "network",
             "start_s": h.start_s, "end_s": h.done_s, "duration_s": h.done_s - h.start_s,
             "exposed_s": h.exposed_s})

@@ -75,3 +75,25 @@ def annotate(trace: list, times: dict, sources: dict, engine, backend) -> list:
             args = {"group": ref.kind}
         out.append(ev[:6] + (args,))
     return out
+
+
+LINK_SERIES_KEPT = 32    # hottest links kept on a traced report; the trace shows the first N of them
+
+
+def link_loads(backend, top_n: int = LINK_SERIES_KEPT) -> dict:
+    """{"links": [netsim.linktrace.LinkSeries, hottest first], "note": what they show or why there are none}."""
+    engine = getattr(backend, "engine", None)
+    if engine is None or getattr(backend, "kind", "") != "flow":
+        return {"links": [], "note": f"no link counters: the {getattr(backend, 'kind', type(backend).__name__)} "
+                                     "network backend has no link loads (use --network flow)"}
+    if not getattr(engine, "record_link_changes", False):
+        return {"links": [], "note": "no link counters: the flow backend was made without record_link_changes"}
+    from netsim.linktrace import hottest_links
+    note = ("utilisation = carried rate / effective capacity of the hottest links by busy time "
+            "(bytes carried / capacity); only traffic simulated on the network: groups left out by "
+            "symmetric sampling and collectives timed by estimate (isolated NVLink kinds) put no load")
+    stopped = engine.link_changes_stopped_s
+    if stopped == stopped:
+        note += (f"; recording stopped at {stopped:.6g} s (more than {engine.link_changes_limit:,} load changes): "
+                 "counters end there")
+    return {"links": hottest_links(backend, top_n), "note": note}

@@ -7,8 +7,10 @@
   per iteration (failure-free) world x $/GPU-hour x iteration_time_s / 3600.
 - energy: facility energy of one iteration (sim.energy) x T_w / iteration_time_s (lost work and restarts
   are taken to draw the iteration's mean power).
-- per million tokens: cost or energy / train_tokens x 1e6 (goodput included when the budget is given,
-  else failure-free per iteration).
+- per million tokens: cost or energy / train_tokens x 1e6 with a budget, else per iteration / goodput /
+  tokens per iteration x 1e6 (goodput included either way).
+The same estimate feeds `run`, the cost/energy columns of `compare` and `sweep` (training_columns) and,
+failure-free, the objectives of `search` (sim.analysis.objectives).
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ def estimate_training(rep, counts: ComponentCounts, ckpt_bytes: float, failures:
             raise SimError(f"--train-tokens: must be > 0 (got {train_tokens})")
     g = estimate_goodput(failures, counts, ckpt_bytes, interval_s)
     price = prices.row(rep.meta["gpu"], extra_gpus)
-    energy = iteration_energy(rep, power, counts)
+    energy = iteration_energy(rep, power, counts, extra_gpus=extra_gpus)
     it_usd = world * price.usd_per_gpu_hour * t / 3600.0
     iters = solve = wall = total_usd = total_j = None
     if g.goodput <= 0:
@@ -137,7 +139,8 @@ def format_training(e: TrainEstimate) -> str:
         f"{'goodput':<{w}s}{g.goodput * 100:.1f}%",
         f"{'cost per iteration':<{w}s}${e.iteration_usd:,.4f} ({e.world} GPU x ${e.usd_per_gpu_hour:g}/GPU-h)",
         f"{'energy per iteration':<{w}s}{en.facility_j / 1e3:,.1f} kJ facility (PUE {en.pue:g}); "
-        f"GPU busy {en.gpu_busy_s / (en.gpu_busy_s + en.gpu_idle_s) * 100:.1f}% of GPU-time",
+        f"GPU busy {en.gpu_busy_s / (en.gpu_busy_s + en.gpu_idle_s) * 100:.1f}% of GPU-time; "
+        f"{en.switches_charged:.3g} of {c.switch} switches charged",
     ]
     if e.train_tokens is not None:
         lines += [
@@ -193,8 +196,10 @@ def _token_count(text: str) -> int:
 
 
 def add_training_arguments(p) -> None:
-    """`clustersim run` flags of the time/cost/energy-to-train estimate."""
+    """Flags of the time/cost/energy-to-train estimate (`clustersim run`, `compare`, `sweep`)."""
     g = p.add_argument_group("time, cost and energy to train (any of these adds the estimate)")
+    g.add_argument("--cost-energy", action="store_const", const=True, default=None,
+                   help="add cost, energy and goodput with the shipped tables (any flag below does too)")
     g.add_argument("--train-tokens", help="token budget, e.g. 2e12 or 15T: iterations, days, $ and MWh to train")
     g.add_argument("--mtbf-file", help="failure and checkpoint model YAML (default: sim/data/failures.yaml)")
     g.add_argument("--power-file", help="power table YAML (default: sim/data/power.yaml)")
@@ -205,7 +210,7 @@ def add_training_arguments(p) -> None:
                    help="checkpoint size in bytes (default: parameters x bytes_per_param of the MTBF file)")
 
 
-_TRAIN_FLAGS = ("train_tokens", "mtbf_file", "power_file", "price_file", "checkpoint_interval", "checkpoint_bytes")
+_TRAIN_FLAGS = ("cost_energy", "train_tokens", "mtbf_file", "power_file", "price_file", "checkpoint_interval", "checkpoint_bytes")
 
 
 def training_wanted(args) -> bool:
@@ -229,10 +234,67 @@ def load_training_inputs(args) -> TrainingInputs:
                           interval, ckpt)
 
 
+def extra_gpus_of(gpu_file) -> dict | None:
+    """The GPUs of a --gpu-file (their names and aliases find price and power rows), None without one."""
+    if not gpu_file:
+        return None
+    from compute_db.gpus import load_gpu_file
+    return load_gpu_file(gpu_file)
+
+
 def estimate_for_run(rep, workload, topology, inputs: TrainingInputs, job: dict | None = None) -> TrainEstimate:
-    """The estimate of a `clustersim run` from its StepReport, workload and topology."""
+    """The estimate of a `clustersim run` (or a compare/sweep row) from its StepReport, workload, topology
+    and job dict (its `gpu_file` GPUs are looked up in the price and power tables with their aliases)."""
     from sim.goodput import component_counts
     counts = component_counts(topology, int(rep.meta["world_size"]))
     ckpt = checkpoint_bytes_for(workload, inputs.failures, inputs.checkpoint_bytes)
     return estimate_training(rep, counts, ckpt, inputs.failures, inputs.power, inputs.prices,
-                             inputs.train_tokens, inputs.interval_s)
+                             inputs.train_tokens, inputs.interval_s, extra_gpus_of((job or {}).get("gpu_file")))
+
+
+# ------------------------------------------------------------------------------------------- compare / sweep
+TRAIN_COLUMNS = ("goodput", "iteration_usd", "usd_per_million_tokens", "iteration_facility_j",
+                 "kwh_per_million_tokens")
+TO_TRAIN_COLUMNS = ("iterations_to_train", "days_to_train", "usd_to_train", "mwh_to_train")
+
+
+def training_columns(e: TrainEstimate | None, to_train: bool) -> dict:
+    """CSV columns of one compare/sweep row (empty strings for a failed row); SI units or named in the key."""
+    keys = TRAIN_COLUMNS + (TO_TRAIN_COLUMNS if to_train else ())
+    if e is None:
+        return dict.fromkeys(keys, "")
+    vals = [e.goodput.goodput, e.iteration_usd, e.usd_per_million_tokens, e.iteration_energy.facility_j,
+            e.kwh_per_million_tokens]
+    if to_train:
+        vals += [e.iterations, e.wall_time_s / DAY_S, e.total_usd, e.total_facility_j / 3.6e9]
+    return {k: (f"{v:.6g}" if isinstance(v, float) else ("" if v is None else v)) for k, v in zip(keys, vals)}
+
+
+def format_training_table(rows) -> str:
+    """The cost and energy block under `clustersim compare`'s table: rows of (label text, TrainEstimate)."""
+    to_train = any(e.train_tokens is not None for _, e in rows)
+    w = min(72, max(14, *(len(lab) for lab, _ in rows))) + 1
+    head = f"{'configuration':<{w}s}{'goodput':>8s}{'$/iter':>10s}{'$/Mtok':>9s}{'kJ/iter':>10s}{'kWh/Mtok':>9s}"
+    if to_train:
+        head += f"{'days':>9s}{'$ to train':>13s}{'MWh':>9s}"
+    known = [e.usd_per_million_tokens for _, e in rows if e.usd_per_million_tokens is not None]
+    best_usd = min(known) if known else None
+    head += f"{'$/tok vs best':>14s}"
+    lines = [head, "-" * len(head)]
+
+    def num(v, width: int, fmt: str) -> str:
+        return f"{'n/a':>{width}s}" if v is None else f"{v:{width}{fmt}}"
+
+    for label, e in rows:
+        per_mtok = e.usd_per_million_tokens
+        line = (f"{label[:w - 1]:<{w}s}{e.goodput.goodput * 100:7.1f}%{e.iteration_usd:10.4f}{num(per_mtok, 9, '.3f')}"
+                f"{e.iteration_energy.facility_j / 1e3:10.1f}{num(e.kwh_per_million_tokens, 9, '.3f')}")
+        if to_train:
+            line += (num(e.wall_time_s / DAY_S if e.wall_time_s is not None else None, 9, ".2f")
+                     + num(e.total_usd, 13, ",.0f")
+                     + num(e.total_facility_j / 3.6e9 if e.total_facility_j is not None else None, 9, ".2f"))
+        ratio = per_mtok / best_usd if per_mtok is not None and best_usd else None
+        lines.append(line + (f"{ratio:13.3f}x" if ratio is not None else f"{'n/a':>14s}"))
+    lines.append("cost/energy: $ = GPUs x $/GPU-hour x time; energy = facility (PUE) from the timeline's busy/idle "
+                 "GPU time + CPU/NIC/switch power; per Mtok and to train include the expected goodput")
+    return "\n".join(lines)

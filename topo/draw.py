@@ -1,9 +1,14 @@
-"""PNG drawing of a topology (matplotlib, Agg backend).
+"""PNG drawing of a topology (matplotlib, Agg backend), readable at every size.
 
-Up to `detail_limit` GPUs every node and cable is drawn: tiers as rows (core on top, GPUs at the
-bottom), GPUs grouped by server, GPU/NIC-to-ToR cables and GPUs coloured by rail. Larger fabrics are
-drawn aggregated: one box per tier with node counts, and one edge per tier pair with cable count and
-total bandwidth.
+- Rack-scale NVLink domains (NVL72 / NVL36: the domain spans several trays): each rack drawn as a rack
+  (its compute trays with their GPUs and its NVSwitch trays with their chips, labelled with the
+  NVLink cable count and bandwidth); up to 4 racks drawn, more shown as "x N racks"; the network
+  above aggregated by tier.
+- Up to `detail_limit` GPUs otherwise: every node and cable; tiers as rows (core on top, GPUs at the
+  bottom), GPUs grouped by server, GPU/NIC-to-ToR cables and GPUs coloured by rail.
+- Larger fabrics: aggregated, one box per tier ("256 x ToR (asw)") and one bundle per tier pair
+  labelled with its cable count and total bandwidth (one direction).
+The number of drawn artists is bounded in the rack and aggregated views (independent of the GPU count).
 """
 
 from __future__ import annotations
@@ -46,17 +51,72 @@ def save_png(fig, path: str, *, dpi: int = 110, prefix: str = ".topo-draw.", bbo
 
 
 def draw_topology(t: Topology, path: str, detail_limit: int = 256) -> None:
+    """Draw `t` into the PNG file `path` (atomically; see the module docstring for the views)."""
+    import matplotlib.pyplot as plt
+
+    fig = topology_figure(t, detail_limit)
+    try:
+        save_png(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def drawing_view(t: Topology, detail_limit: int = 256) -> str:
+    """Which view draw_topology uses: "racks", "detailed" or "aggregated"."""
+    if _rack_scale(t):
+        return "racks"
+    if t.num_gpus <= detail_limit and len(t.nodes) <= 4 * detail_limit:
+        return "detailed"
+    return "aggregated"
+
+
+def topology_figure(t: Topology, detail_limit: int = 256):
+    """The matplotlib figure of draw_topology (the caller closes it)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if t.num_gpus <= detail_limit and len(t.nodes) <= 4 * detail_limit:
-        fig = _detailed(t, plt)
-    else:
-        fig = _aggregated(t, plt)
-    save_png(fig, path)
-    plt.close(fig)
+    view = drawing_view(t, detail_limit)
+    if view == "racks":
+        return _racks(t, plt)
+    return _detailed(t, plt) if view == "detailed" else _aggregated(t, plt)
+
+
+_TIER_NAMES = {"gpu": "GPU", "nvswitch": "NVSwitch", "nic": "NIC", "pcie": "PCIe switch",
+               "asw": "ToR (asw)", "psw": "spine (psw)", "csw": "core (csw)"}
+_HOST_TIERS = ("gpu", "nvswitch", "pcie", "nic")
+MAX_RACKS_DRAWN = 4
+
+
+def tier_label(tier: str) -> str:
+    return _TIER_NAMES.get(tier, tier)
+
+
+def _rate_text(bytes_per_s: float) -> str:
+    bps = bytes_per_s * 8
+    return f"{bps / 1e12:,.1f} Tb/s" if bps >= 1e12 else f"{bps / 1e9:,.0f} Gb/s"
+
+
+def _bundle_text(cables: int, bytes_per_s: float) -> str:
+    return f"{cables:,} cables, {_rate_text(bytes_per_s)}"
+
+
+def _rack_scale(t: Topology) -> bool:
+    """NVLink domains spanning several trays (servers) through NVSwitch chips: NVL72 / NVL36 racks."""
+    return (t.nvlink_domain_size > t.gpus_per_server and t.num_gpus >= t.nvlink_domain_size
+            and any(n.tier == "nvswitch" for n in t.nodes))
+
+
+def _bundles(t: Topology, group) -> tuple[Counter, Counter]:
+    """Cables and total bandwidth (one direction) per unordered pair of groups, group(node) -> str."""
+    cables: Counter = Counter()
+    bw: Counter = Counter()
+    for lk in t.links[::2]:
+        key = tuple(sorted((group(lk.src), group(lk.dst))))
+        cables[key] += 1
+        bw[key] += lk.bandwidth_Bps
+    return cables, bw
 
 
 def _detailed(t: Topology, plt):
@@ -165,42 +225,153 @@ def _detailed(t: Topology, plt):
     return fig
 
 
-def _aggregated(t: Topology, plt):
-    rows = _rows(t)
-    count = Counter(n.tier for n in t.nodes)
-    pair_cables: Counter[tuple[str, str]] = Counter()
-    pair_bw: Counter[tuple[str, str]] = Counter()
-    for lk in t.links[::2]:
-        a, b = t.nodes[lk.src].tier, t.nodes[lk.dst].tier
-        key = tuple(sorted((a, b), key=rows.index))
-        pair_cables[key] += 1
-        pair_bw[key] += lk.bandwidth_Bps
-    fig, ax = plt.subplots(figsize=(10, 1.8 + 1.4 * len(rows)))
-    for i, tier in enumerate(rows):
-        ax.add_patch(plt.Rectangle((0.2, i - 0.25), 0.6, 0.5, facecolor="#dde7f5", edgecolor="black"))
-        ax.text(0.5, i, f"{tier}  x {count[tier]:,}", ha="center", va="center", fontsize=11)
+def _tier_boxes(ax, plt, rows: list[str], labels: dict, cables: Counter, bw: Counter, y0: float = 0.0,
+                x0: float = 0.2, width: float = 0.6, height: float = 0.5, step: float = 1.0) -> float:
+    """Boxes of `rows` (bottom to top, at y0, y0 + step, ...) joined by labelled bundles; returns the
+    right edge used by elbow bundles (rows that skip a row are joined right of the boxes)."""
+    y = {r: y0 + i * step for i, r in enumerate(rows)}
+    for r in rows:
+        ax.add_patch(plt.Rectangle((x0, y[r] - height / 2), width, height, facecolor="#dde7f5", edgecolor="black"))
+        ax.text(x0 + width / 2, y[r], labels[r], ha="center", va="center", fontsize=10)
+    right = x0 + width
     skip = 0
-    for (a, b), n in sorted(pair_cables.items(), key=lambda kv: (rows.index(kv[0][1]) - rows.index(kv[0][0]),
-                                                                rows.index(kv[0][0]))):
+    pairs = [k for k in cables if k[0] in y and k[1] in y]
+    pairs.sort(key=lambda k: (abs(rows.index(k[1]) - rows.index(k[0])), min(rows.index(k[0]), rows.index(k[1]))))
+    for key in pairs:
+        a, b = sorted(key, key=rows.index)
+        label = _bundle_text(cables[key], bw[key])
         ia, ib = rows.index(a), rows.index(b)
-        label = f"{n:,} cables, {pair_bw[(a, b)] * 8 / 1e12:,.1f} Tbps"
         if ia == ib:
-            ax.text(0.83, ia + 0.12, f"{n:,} cables inside tier", fontsize=8, va="center")
+            ax.text(right + 0.03, y[a] + 0.12 * step, f"{cables[key]:,} cables inside tier", fontsize=8, va="center")
             continue
         if ib - ia == 1:   # neighbouring rows: straight through the gap between the boxes
-            ax.plot([0.5, 0.5], [ia + 0.25, ib - 0.25], lw=1.5, color="gray")
-            ax.text(0.52, (ia + ib) / 2, label, fontsize=8, va="center")
+            xm = x0 + width / 2
+            ax.plot([xm, xm], [y[a] + height / 2, y[b] - height / 2], lw=1.5, color="gray")
+            ax.text(xm + 0.02, (y[a] + y[b]) / 2, label, fontsize=8, va="center")
             continue
         # rows skipped (e.g. GPU -> ToR past the NVSwitch row): an elbow right of the boxes, so that the
         # line and its label never cross a box or another label
-        xo = 0.86 + 0.1 * skip
+        xo = right + 0.06 + 0.1 * skip
         skip += 1
-        ax.plot([0.8, xo, xo, 0.8], [ia + 0.1, ia + 0.1, ib - 0.1, ib - 0.1], lw=1.5, color="gray")
-        ax.text(xo + 0.015, (ia + ib) / 2, label, fontsize=8, va="center", rotation=90)
-    ax.set_xlim(0, max(1.3, 0.95 + 0.1 * skip))
+        ax.plot([right, xo, xo, right], [y[a] + 0.1, y[a] + 0.1, y[b] - 0.1, y[b] - 0.1], lw=1.5, color="gray")
+        ax.text(xo + 0.015, (y[a] + y[b]) / 2, label, fontsize=8, va="center", rotation=90)
+    return right + 0.15 + 0.1 * skip
+
+
+def _aggregated(t: Topology, plt):
+    rows = _rows(t)
+    count = Counter(n.tier for n in t.nodes)
+    tier_of = [n.tier for n in t.nodes]
+    cables, bw = _bundles(t, lambda i: tier_of[i])
+    labels = {r: f"{count[r]:,} x {tier_label(r)}" for r in rows}
+    labels["gpu"] = (f"{count['gpu']:,} x GPU ({t.gpu_type}) in {t.num_servers:,} servers x "
+                     f"{t.gpus_per_server}")
+    fig, ax = plt.subplots(figsize=(10, 1.8 + 1.4 * len(rows)))
+    right = _tier_boxes(ax, plt, rows, labels, cables, bw)
+    ax.set_xlim(0, max(1.3, right))
     ax.set_ylim(-0.6, len(rows) - 0.4)
     ax.axis("off")
     ax.set_title(f"{t.name or 'topology'} (aggregated): {t.num_gpus:,} x {t.gpu_type}, "
                  f"{t.num_servers:,} servers, NVLink domain {t.nvlink_domain_size}", fontsize=10, loc="left")
+    fig.tight_layout()
+    return fig
+
+
+def _racks(t: Topology, plt):
+    """NVL-style racks: trays of GPUs around NVSwitch trays; the network above aggregated by tier."""
+    from matplotlib.collections import PatchCollection
+
+    G, gps, D = t.num_gpus, t.gpus_per_server, t.nvlink_domain_size
+    rack_of = {g: t.nvlink_domain_of(g) for g in range(G)}
+    racks = sorted(set(rack_of.values()))
+    r0 = racks[0]
+    tier_of = [n.tier for n in t.nodes]
+    rack_gpus = [g for g in range(G) if rack_of[g] == r0]
+    chips: set[int] = set()
+    nv_cables, nv_bw = 0, 0.0
+    gpu_set = set(rack_gpus)
+    host = set(gpu_set)          # rack 0's host side: its GPUs, chips, NICs and PCIe switches
+    for lk in t.links[::2]:
+        a, b = lk.src, lk.dst
+        if a in gpu_set and tier_of[b] in _HOST_TIERS:
+            host.add(b)
+        elif b in gpu_set and tier_of[a] in _HOST_TIERS:
+            host.add(a)
+        if (a in gpu_set and tier_of[b] == "nvswitch") or (b in gpu_set and tier_of[a] == "nvswitch"):
+            chips.add(b if a in gpu_set else a)
+            nv_cables += 1
+            nv_bw += lk.bandwidth_Bps
+    up_cables, up_bw = 0, 0.0
+    for lk in t.links[::2]:
+        if (lk.src in host) != (lk.dst in host):
+            other = lk.dst if lk.src in host else lk.src
+            if tier_of[other] not in _HOST_TIERS:
+                up_cables += 1
+                up_bw += lk.bandwidth_Bps
+    trays = -(-len(rack_gpus) // gps)
+    sw_trays = -(-len(chips) // 2)          # GB200 NVL racks: two NVLink switch chips per switch tray
+    top = trays // 2 + 1 if trays > 1 else trays       # NVL72: 10 compute trays above the switches, 8 below
+    n_rows = trays + sw_trays
+    net_tiers = [r for r in _rows(t) if r not in _HOST_TIERS]
+    count = Counter(tier_of)
+    cables, bw = _bundles(t, lambda i: "racks" if tier_of[i] in _HOST_TIERS else tier_of[i])
+    cables.pop(("racks", "racks"), None)     # NVLink inside the racks: stated per rack below
+    shown = racks if len(racks) <= MAX_RACKS_DRAWN else racks[:MAX_RACKS_DRAWN - 1] + [racks[-1]]
+    rack_w, gap, rack_h = 1.7, 0.7, 5.4
+    slots = len(shown) + (1 if len(shown) < len(racks) else 0)
+    width = max(slots * (rack_w + gap) + gap, 7.5)
+    fig, ax = plt.subplots(figsize=(max(9.0, width * 1.25), 8.2 + 1.1 * len(net_tiers)))
+    gpu_patches, tray_patches, sw_patches, chip_patches = [], [], [], []
+    row_h = rack_h / n_rows
+    x = gap
+    for k, r in enumerate(shown):
+        if len(shown) < len(racks) and k == len(shown) - 1:   # the skipped racks: one ellipsis slot
+            ax.text(x + rack_w / 2, rack_h / 2, f"...\n{len(racks) - len(shown)} more\nracks", ha="center",
+                    va="center", fontsize=10)
+            x += rack_w + gap
+        ax.add_patch(plt.Rectangle((x - 0.08, -0.08), rack_w + 0.16, rack_h + 0.16, facecolor="none",
+                                   edgecolor="black", lw=1.5))
+        gpus = [g for g in range(G) if rack_of[g] == r]
+        ax.text(x + rack_w / 2, -0.3, f"rack {racks.index(r)}: GPUs {gpus[0]}-{gpus[-1]}", ha="center",
+                va="top", fontsize=8)
+        for row in range(n_rows):
+            y = rack_h - (row + 1) * row_h
+            tray = row if row < top else (row - sw_trays if row >= top + sw_trays else -1)
+            if tray < 0:   # NVSwitch tray: two chips (fewer in the last tray of an odd chip count)
+                sw_patches.append(plt.Rectangle((x, y + 0.1 * row_h), rack_w, 0.8 * row_h))
+                for c in range(min(2, len(chips) - 2 * (row - top))):
+                    chip_patches.append(plt.Rectangle((x + rack_w * (0.25 + 0.4 * c), y + 0.25 * row_h),
+                                                      rack_w * 0.12, 0.5 * row_h))
+                continue
+            tray_patches.append(plt.Rectangle((x, y + 0.1 * row_h), rack_w, 0.8 * row_h))
+            n_here = min(gps, len(gpus) - tray * gps)
+            for j in range(max(n_here, 0)):
+                gpu_patches.append(plt.Rectangle((x + rack_w * (0.08 + 0.88 * j / gps), y + 0.2 * row_h),
+                                                 rack_w * 0.88 / gps * 0.8, 0.6 * row_h))
+        x += rack_w + gap
+    ax.add_collection(PatchCollection(tray_patches, facecolor="#e8e8e8", edgecolor="#888888", lw=0.4))
+    ax.add_collection(PatchCollection(sw_patches, facecolor="#cfe3cf", edgecolor="#5a8f5a", lw=0.4))
+    ax.add_collection(PatchCollection(gpu_patches, facecolor="#4c72b0", edgecolor="none"))
+    ax.add_collection(PatchCollection(chip_patches, facecolor="#2f6b2f", edgecolor="none"))
+    per_rack = (f"{len(racks):,} x NVL{D} rack: {len(rack_gpus)} GPUs ({t.gpu_type}) = {trays} compute trays x "
+                f"{gps} GPUs; {len(chips)} NVSwitch chips in {sw_trays} switch trays\n"
+                f"NVLink per rack: {_bundle_text(nv_cables, nv_bw)} (GPU-NVSwitch)")
+    if up_cables:
+        per_rack += f"\nnetwork per rack: {_bundle_text(up_cables, up_bw)} (to the {tier_label(net_tiers[0])} tier)"
+    ax.text(0.0, rack_h + 0.45, per_rack, fontsize=9, va="bottom", ha="left")
+    right = width
+    if net_tiers:
+        rows = ["racks"] + net_tiers
+        labels = {r: f"{count[r]:,} x {tier_label(r)}" for r in net_tiers}
+        labels["racks"] = f"{len(racks):,} rack{'s' if len(racks) > 1 else ''} ({G:,} GPUs)"
+        # the racks' box is the row above: bundles from the racks start at the top of the drawing
+        right = _tier_boxes(ax, plt, rows, labels, cables, bw, y0=rack_h + 2.0, x0=width * 0.2,
+                            width=width * 0.45, height=0.6, step=1.3)
+        right = max(width, right + 2.5)
+    ax.set_xlim(-0.2, right)
+    ax.set_ylim(-0.8, rack_h + 2.0 + 1.3 * len(net_tiers) + 0.6)
+    ax.axis("off")
+    ax.set_title(f"{t.name or 'topology'}: {G:,} x {t.gpu_type} in {len(racks):,} NVL{D} "
+                 f"rack{'s' if len(racks) > 1 else ''}", fontsize=10, loc="left")
     fig.tight_layout()
     return fig

@@ -37,6 +37,8 @@ class Link:
     # ns-3 strings as written / read (so files round-trip byte for byte); not part of equality
     rate_text: str = field(default="", compare=False, repr=False)
     delay_text: str = field(default="", compare=False, repr=False)
+    # share of the (efficiency-scaled) capacity a degraded link still delivers (topo.faults); 1 = healthy
+    capacity_factor: float = 1.0
 
 
 def is_host_side(node: Node) -> bool:

@@ -27,7 +27,7 @@ from workload_gen.layers import (
     Ctx,
     Unit,
     comm,
-    embedding_units,
+    embedding_train_units,
     full_recompute_saved,
     head_units,
     layer_units,
@@ -39,7 +39,7 @@ from workload_gen.model import ModelSpec
 from workload_gen.params import stage_params
 from workload_gen.plan import ParallelPlan
 from workload_gen.plan_validation import validate_plan
-from workload_gen.workload import ChunkProgram, CommOp, ComputeOp, Op, StageProgram, Workload
+from workload_gen.workload import ChunkProgram, CommOp, Op, StageProgram, Workload
 
 GENERATOR_VERSION = "1"
 
@@ -86,7 +86,7 @@ def _chunk(c: Ctx, ci: int, layers: tuple[int, ...], first_v: bool, last_v: bool
     p = c.plan
     sections: list[tuple[int, list[Unit], list[Op]]] = []   # (layer, units, recompute ops)
     if first_v:
-        sections.append((-1, _embedding_with_grad_add(c), []))
+        sections.append((-1, embedding_train_units(c), []))
     full = p.recompute == "full"
     n_full = len(layers) if p.recompute_num_layers is None else p.recompute_num_layers
     for i, layer in enumerate(layers):
@@ -147,22 +147,6 @@ def _chunk(c: Ctx, ci: int, layers: tuple[int, ...], first_v: bool, last_v: bool
         backward = [op for op, _, _ in bwd]
         sizes = [[n] if n else [] for n in (dense_total, expert_total)]
     return ChunkProgram(chunk=ci, layers=tuple(layers), forward=fwd, backward=backward), sizes
-
-
-def _embedding_with_grad_add(c: Ctx) -> list[Unit]:
-    """Embedding units plus the gradient accumulation Megatron's DDP backward hook performs for
-    parameters without fused weight-gradient accumulation (the embedding tables): every micro-batch
-    `main_grad.add_(grad)` over the whole [vocab/tp, hidden] (+ positions) table, since torch's
-    embedding backward produces a dense gradient. The parameters' gradients are ready after it."""
-    units = embedding_units(c)
-    first = units[0]
-    (wgrad, dense, expert), rest = first.bwd[0], first.bwd[1:]
-    numel = dense + expert
-    gdtype = dp_comm.grad_reduce_dtype(c.plan)
-    add = ComputeOp(name="embedding_main_grad_add", kind="elementwise", shape=(("numel", numel),), dtype=gdtype,
-                    flops=float(numel), bytes=float(numel * (4 + 2 + 4)), variant="bwd", layer=-1, phase="bwd")
-    units[0] = Unit(first.fwd, [(wgrad, 0, 0), (add, dense, expert), *rest], first.core)
-    return units
 
 
 def _resolve_waits(ops: list[Op]) -> list[Op]:

@@ -18,8 +18,9 @@ First stage: embedding (+ TP all-reduce). Last stage: final norm over T rows, th
 that produce a token, the TP all-gather of their logits and sampling (fp32 softmax + top-1 selection
 over the gathered vocabulary, greedy decoding).
 
-MoE: the router, top-k, permutes, shared experts and EP collectives are layers.py's `moe_units`; the
-routed experts' grouped GEMMs and activation run at the hottest EP rank's load from
+MoE: the whole block is layers.py's `moe_units` (router, top-k, permutes, shared experts, EP
+collectives and the routed experts' grouped GEMMs and activation), given the routed experts' load
+(`expert_rows`, a `layers.ExpertRows`): they run at the hottest EP rank's load from
 workload_gen.expert_load (balanced by default; `expert_skew` = Zipf exponent of expert popularity): G
 active experts (those receiving a token; an idle expert's weights are not read) of ⌈R / G⌉ rows, R = the
 token copies the rank receives. Their dims (hence their time) are the hottest rank's; their flops and
@@ -181,49 +182,17 @@ def _fwd(units: list[layers.Unit]) -> list[Op]:
 
 # ---------------------------------------------------------------- token-level part (keyed by T)
 
-_ROUTED = ("moe_fc1", "moe_act", "moe_fc2")
-_EP_A2A = ("moe_dispatch", "moe_combine")
+def expert_rows(spec: InferenceSpec, c: layers.Ctx) -> layers.ExpertRows:
+    """Routed-expert work for the batch's c.tokens tokens (layers.moe_units' `load`).
 
-
-def routed_expert_ops(spec: InferenceSpec, c: layers.Ctx, layer: int) -> list[ComputeOp]:
-    """Grouped expert GEMMs (fc1, activation, fc2) of the hottest EP rank for the batch's c.tokens tokens.
-
-    Dims: G active experts x ⌈R / G⌉ rows (expert_load.hot), so the kernel time is the hottest rank's.
-    flops / bytes: the mean rank's (C = T·top_k/ep copies over A active experts): 2·C·n·k and
-    e·(C·(k + n) + A·k·n) per GEMM as layers.linear counts them, activation as layers.py's `_act_unit`."""
-    m, load = spec.kernel_model, spec.expert_load
-    T, h = c.tokens, c.h
-    g = 2 if m.gated_mlp else 1
-    fe = m.expert_ffn_hidden_size                # per-rank width when TP-sharded (kernel_model)
-    hot, mean = load.hot(T), load.mean(T)
-    rows, G = hot.rows_per_expert, hot.active_experts
-    C, A = mean.copies, mean.active_experts
-    es = layers.DTYPE_BYTES[c.gemm]
-
-    def gemm(name: str, n: int, k: int) -> ComputeOp:
-        return layers.compute(name, "grouped_gemm", {"groups": G, "m": rows, "n": n, "k": k}, c.gemm,
-                              2.0 * C * n * k, es * (C * (k + n) + A * k * n), "fwd", layer)
-
-    kind = "swiglu" if m.gated_mlp else "gelu"
-    act = layers.compute("moe_act", kind, {"tokens": hot.copies, "width": fe}, c.act, 8.0 * C * fe,
-                         c.ab * C * (g * fe + fe), "fwd", layer)
-    return [gemm("moe_fc1", g * fe, h), act, gemm("moe_fc2", h, fe)]
-
-
-def _with_expert_load(spec: InferenceSpec, c: layers.Ctx, layer: int, ops: list[Op]) -> list[Op]:
-    """layers.py's MoE ops with the routed experts and the EP all-to-alls at the hottest rank's load."""
-    routed = routed_expert_ops(spec, c, layer)
-    a2a = spec.act_bytes * spec.expert_load.hot(c.tokens).copies * c.h
-    out: list[Op] = []
-    for op in ops:
-        if op.name in _ROUTED:
-            if op.name == "moe_fc1":
-                out += routed
-        elif op.name in _EP_A2A:
-            out.append(replace(op, size_bytes=int(a2a)))
-        else:
-            out.append(op)
-    return out
+    Dims: G active experts x ⌈R / G⌉ rows of the hottest EP rank (expert_load.hot), so the kernel time is
+    the hottest rank's; the all-to-all carries its R copies. FLOPs / bytes: the mean rank's (C copies over A
+    active experts): 2·C·n·k and e·(C·(k + n) + A·k·n) per GEMM, as layers.linear counts a balanced
+    grouped GEMM."""
+    load = spec.expert_load
+    hot, mean = load.hot(c.tokens), load.mean(c.tokens)
+    return layers.ExpertRows(groups=hot.active_experts, rows=hot.rows_per_expert, act_rows=hot.copies,
+                             work_rows=mean.copies, work_sets=mean.active_experts, a2a_copies=hot.copies)
 
 
 def _moe_ops(spec: InferenceSpec, c: layers.Ctx, layer: int) -> list[Op]:
@@ -231,10 +200,10 @@ def _moe_ops(spec: InferenceSpec, c: layers.Ctx, layer: int) -> list[Op]:
     T, t = c.tokens, c.t
     if spec.ep > 1:
         cm = replace(c, tokens_sp=max(1, -(-T // t)))        # each rank routes its share of the tokens
-        ops = _with_expert_load(spec, c, layer, _fwd(layers.moe_units(cm, layer)))
+        ops = _fwd(layers.moe_units(cm, layer, expert_rows(spec, c)))
         ops.append(layers.comm("moe_ep_ag", "all_gather", "tp", c.ab * T * c.h, layer, "fwd"))
         return ops
-    ops = _with_expert_load(spec, c, layer, _fwd(layers.moe_units(c, layer)))
+    ops = _fwd(layers.moe_units(c, layer, expert_rows(spec, c)))
     if t > 1 and not spec.kernel_model.num_shared_experts:
         # routed experts' partial sums over the TP-sharded width; with shared experts the one all-reduce
         # of their row-parallel exit (already in the ops) carries both

@@ -17,6 +17,14 @@ SP shards everything by t; selective recompute drops the 5as^2b term; full recom
 layer input only. Flash attention keeps Q, K, V and its fp32 softmax log-sum-exp statistics,
 4*b*(s/cp)*(a/t) bytes (dropped, like the unfused scores, by selective recompute). An MoE layer's router,
 routed experts and shared experts read one saved tensor (the pre-MLP norm output), counted once.
+
+This module is the ONE description of a layer: the generator, memory analysis, plan search
+(sim.analysis.stagefacts.LayerKernels) and the serving engine (inference.py) all consume these units.
+Every saved tensor is tagged with the recompute *component* that can rematerialise it (`COMPONENTS`);
+`apply_recompute` turns a set of dropped components into the forward ops' saved_bytes. Units also
+name the selective-recompute choice that re-runs them (`Unit.recompute`) and the bytes each forward
+kernel holds only while it runs (`Unit.temp`: gathered SP inputs, scores, partial row-parallel outputs,
+16-bit logits), which memory analysis needs for transient peaks.
 """
 
 from __future__ import annotations
@@ -30,6 +38,21 @@ from workload_gen.workload import COMPUTE_KINDS, CommOp, ComputeOp, Op
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
 AFTER = "@after:"   # wait_op placeholder: "the op following the first later op with this name"
+
+# Recompute components of saved tensors (Korthikanti et al.; PerfLLM's attn/mlp/mlp_rms recompute):
+COMPONENTS = (
+    "norm_in",      # a norm's input (the residual stream): always kept
+    "norm_out",     # a GEMM input that is a norm's output (QKV, fc1, router, MLA down-projections)
+    "attn_core",    # scores / softmax / attention-dropout tensors, flash softmax statistics ("selective")
+    "qkv",          # Q, K, V (attention-core inputs) and the inputs of per-head Q/K norms
+    "attn_linear",  # attention output-projection input and MLA low-rank latents
+    "mlp_act",      # activation input and fc2 input (dense, shared and routed experts)
+    "moe",          # routed experts' input tokens, router probabilities
+    "dropout",      # residual / embedding dropout masks
+    "loss",         # fp32 softmax of the vocab-parallel cross-entropy
+)
+# what the generator's (Megatron's) "selective" recompute rematerialises
+SELECTIVE_DROP = frozenset({"attn_core"})
 
 
 @dataclass(frozen=True)
@@ -75,11 +98,54 @@ def make_ctx(model: ModelSpec, plan: ParallelPlan) -> Ctx:
 
 @dataclass
 class Unit:
-    """Forward ops of one piece of a layer and its backward ops (with gradient-ready param counts)."""
+    """Forward ops of one piece of a layer and its backward ops (with gradient-ready param counts).
+
+    `saved`: forward op name -> ((component, bytes), ...) of the tensors it keeps for backward before any
+    recompute policy (their sum is the op's saved_bytes as built). `temp`: forward op name -> bytes of
+    its outputs/temporaries alive only while it runs. `recompute`: the selective-recompute choice that
+    re-runs this unit's forward ("attn": attention core, Megatron's selective; "mlp"; "norm"; "")."""
 
     fwd: list[Op] = field(default_factory=list)
     bwd: list[tuple[Op, int, int]] = field(default_factory=list)
-    core: bool = False          # attention core: recomputed by selective recompute
+    recompute: str = ""
+    saved: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    temp: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def core(self) -> bool:
+        """Attention core: re-run by Megatron's selective recompute."""
+        return self.recompute == "attn"
+
+
+def tag(u: Unit, component: str, recompute: str = "", temp: dict[str, int] | None = None) -> Unit:
+    """Give every untagged saving forward kernel of `u` the component `component` (in place)."""
+    for op in u.fwd:
+        if isinstance(op, ComputeOp) and op.saved_bytes and op.name not in u.saved:
+            u.saved[op.name] = ((component, int(op.saved_bytes)),)
+    if recompute:
+        u.recompute = recompute
+    if temp:
+        u.temp.update({k: int(v) for k, v in temp.items() if v})
+    return u
+
+
+def apply_recompute(units: list[Unit], drop: frozenset[str]) -> list[Unit]:
+    """Units whose forward ops keep only the saved tensors of components not in `drop`."""
+    if not drop:
+        return units
+    out = []
+    for u in units:
+        if not any(c in drop for parts in u.saved.values() for c, _ in parts):
+            out.append(u)
+            continue
+        fwd = []
+        for op in u.fwd:
+            parts = u.saved.get(op.name)
+            if parts is not None and isinstance(op, ComputeOp):
+                op = replace(op, saved_bytes=sum(b for c, b in parts if c not in drop))
+            fwd.append(op)
+        out.append(Unit(fwd, u.bwd, u.recompute, u.saved, u.temp))
+    return out
 
 
 # ---------------------------------------------------------------- op constructors
@@ -105,9 +171,12 @@ def _gemm_bytes(m: int, n: int, k: int, es: int) -> int:
 
 
 def linear(c: Ctx, name: str, m: int, n: int, k: int, layer: int, saved: int, params: int,
-           expert: bool = False, groups: int = 0) -> tuple[ComputeOp, ComputeOp, ComputeOp, int, int]:
+           expert: bool = False, groups: int = 0,
+           work: tuple[float, float] | None = None) -> tuple[ComputeOp, ComputeOp, ComputeOp, int, int]:
     """Forward, dgrad and wgrad kernels of Y[m,n] = X[m,k] W[k,n] (grouped when groups > 0).
 
+    `work` (grouped only): (rows, weight sets) the FLOPs and bytes count when they differ from the
+    kernel's dims (groups x m rows): 2·rows·n·k FLOPs, e·(rows·(k + n) + sets·k·n) bytes.
     Returns (fwd, dgrad, wgrad, dense_params, expert_params) with the params attached to wgrad.
     """
     es = DTYPE_BYTES[c.gemm]
@@ -116,7 +185,11 @@ def linear(c: Ctx, name: str, m: int, n: int, k: int, layer: int, saved: int, pa
     for variant, (mm, nn, kk) in zip(("fwd", "dgrad", "wgrad"), shapes):
         nm = name if variant == "fwd" else f"{name}_{variant}"
         sv = saved if variant == "fwd" else 0
-        if groups:
+        if groups and work is not None:
+            rows, sets = work
+            ops.append(compute(nm, "grouped_gemm", {"groups": groups, "m": mm, "n": nn, "k": kk}, c.gemm,
+                               2.0 * rows * n * k, es * (rows * (k + n) + sets * k * n), variant, layer, sv))
+        elif groups:
             ops.append(compute(nm, "grouped_gemm", {"groups": groups, "m": mm, "n": nn, "k": kk}, c.gemm,
                                2.0 * groups * mm * nn * kk, groups * _gemm_bytes(mm, nn, kk, es), variant,
                                layer, sv))
@@ -127,7 +200,7 @@ def linear(c: Ctx, name: str, m: int, n: int, k: int, layer: int, saved: int, pa
 
 
 def norm(c: Ctx, name: str, tokens: int, width: int, layer: int, saved: int, kind: str | None = None,
-         copies: int = 1) -> Unit:
+         copies: int = 1, component: str = "norm_in", recompute: str = "") -> Unit:
     """Norm kernel over `tokens` rows of `width`; `copies` separate weight sets (q and k norms: 2)."""
     kind = kind or c.model.norm
     params = copies * (2 * width if kind == "layernorm" else width)
@@ -136,7 +209,7 @@ def norm(c: Ctx, name: str, tokens: int, width: int, layer: int, saved: int, kin
                 layer, saved)
     b = compute(f"{name}_bwd", kind, {"tokens": tokens, "hidden": width}, c.act, 10.0 * tokens * width,
                 3 * nb, "bwd", layer)
-    return Unit([f], [(b, params, 0)])
+    return tag(Unit([f], [(b, params, 0)]), component, recompute)
 
 
 def elementwise(c: Ctx, name: str, numel: int, layer: int, saved: int = 0, bwd: bool = True) -> Unit:
@@ -158,7 +231,7 @@ def dropout_add(c: Ctx, name: str, numel: int, layer: int) -> Unit:
                 layer, saved=numel)
     b = compute(f"{name}_dropout_add_bwd", "dropout", {"numel": numel}, c.act, numel, 2 * nb + numel, "bwd",
                 layer)
-    return Unit([f], [(b, 0, 0)])
+    return tag(Unit([f], [(b, 0, 0)]), "dropout")
 
 
 # ---------------------------------------------------------------- tensor-parallel communication
@@ -215,38 +288,44 @@ def tp_exit(c: Ctx, name: str, layer: int, gemm_name: str, tokens: int | None = 
 
 
 def column_unit(c: Ctx, prefix: str, gemm_name: str, m: int, n: int, k: int, layer: int, saved: int,
-                params: int, tokens: int | None = None, expert: bool = False) -> Unit:
-    """TP entry comm + column-parallel GEMM."""
+                params: int, tokens: int | None = None, expert: bool = False, component: str = "norm_out",
+                recompute: str = "") -> Unit:
+    """TP entry comm + column-parallel GEMM (with SP its gathered input is a temporary of the GEMM)."""
     f, dg, wg, pd, pe = linear(c, gemm_name, m, n, k, layer, saved, params, expert)
     cf, cb = tp_enter(c, prefix, layer, gemm_name, tokens)
     u = Unit(fwd=[*cf, f])
     before = [op for pos, op in cb if pos == "before_dgrad"]
     after = [op for pos, op in cb if pos == "after_dgrad"]
     u.bwd = [*((op, 0, 0) for op in before), (dg, 0, 0), *((op, 0, 0) for op in after), (wg, pd, pe)]
-    return u
+    gathered = c.ab * (tokens or c.tokens) * c.h if (c.sp and c.t > 1) else 0
+    return tag(u, component, recompute, {gemm_name: gathered})
 
 
 def row_unit(c: Ctx, prefix: str, gemm_name: str, m: int, n: int, k: int, layer: int, saved: int,
-             params: int, tokens: int | None = None) -> Unit:
-    """Row-parallel GEMM + TP exit comm."""
+             params: int, tokens: int | None = None, component: str = "mlp_act") -> Unit:
+    """Row-parallel GEMM + TP exit comm (its unreduced [m, n] output is a temporary with TP)."""
     f, dg, wg, pd, pe = linear(c, gemm_name, m, n, k, layer, saved, params)
     cf, cb = tp_exit(c, prefix, layer, gemm_name, tokens)
     if c.overlap and cf:
         fwd = [*cf, f]
     else:
         fwd = [f, *cf]
-    return Unit(fwd=fwd, bwd=[*((op, 0, 0) for op in cb), (dg, 0, 0), (wg, pd, pe)])
+    u = Unit(fwd=fwd, bwd=[*((op, 0, 0) for op in cb), (dg, 0, 0), (wg, pd, pe)])
+    return tag(u, component, temp={gemm_name: c.ab * m * n if c.t > 1 else 0})
 
 
 # ---------------------------------------------------------------- attention
 
-def _attention_core(c: Ctx, layer: int, heads: int, kv_heads: int, d_qk: int, d_v: int, selective: bool,
+def _attention_core(c: Ctx, layer: int, heads: int, kv_heads: int, d_qk: int, d_v: int,
                     name: str = "attn") -> Unit:
-    """Attention core on this rank (after QKV projection and rotary, before the output projection)."""
+    """Attention core on this rank (after QKV projection and rotary, before the output projection).
+
+    Saved: Q, K, V ("qkv"); scores-derived tensors ("attn_core": softmax output, dropout mask and
+    output; flash: the fp32 log-sum-exp), dropped by selective recompute (`apply_recompute`)."""
     b, cp = c.b, c.cp
     seq_q, seq_kv = c.s // cp, c.s
     ab = c.ab
-    u = Unit(core=True)
+    u = Unit(recompute="attn")
     q_bytes = ab * c.tokens * heads * d_qk
     k_bytes = ab * c.tokens * kv_heads * d_qk
     v_bytes = ab * c.tokens * kv_heads * d_v
@@ -286,9 +365,10 @@ def _attention_core(c: Ctx, layer: int, heads: int, kv_heads: int, d_qk: int, d_
         io = ab * b * (seq_q * heads * (d_qk + 2 * d_v) + seq_kv * kv_heads * (d_qk + d_v))
         # fp32 log-sum-exp per query row and head, kept for backward (b*(s/cp)*(a/t) values also with
         # Ulysses CP, where seq_q = s and heads = a/(t*cp)); selective recompute re-creates it
-        lse_saved = 0 if selective else 4 * b * seq_q * heads
+        lse_saved = 4 * b * seq_q * heads
         f = compute(core_name, "flash_attn", dims, c.act, fl_fwd, io, "fwd", layer, qkv_saved + lse_saved,
                     causal=True)
+        u.saved[core_name] = (("qkv", qkv_saved), ("attn_core", lse_saved))
         bw = compute(f"{core_name}_bwd", "flash_attn", dims, c.act, 2 * fl_fwd, 2 * io, "bwd", layer,
                      causal=True)
         u.fwd = [*pre, f, *post_f]
@@ -298,9 +378,17 @@ def _attention_core(c: Ctx, layer: int, heads: int, kv_heads: int, d_qk: int, d_
     batch = b * heads
     probs = batch * seq_q * seq_kv
     s_saved = q_bytes + k_bytes
-    soft_saved = 0 if selective else ab * probs
-    drop_saved = 0 if selective else probs
-    ctx_saved = v_bytes + (0 if selective or not c.dropout else ab * probs)
+    soft_saved = ab * probs
+    drop_saved = probs                          # 1-byte mask
+    drop_out = ab * probs if c.dropout else 0   # the dropout output: the context GEMM's input
+    ctx_saved = v_bytes + drop_out
+    u.saved.update({f"{name}_scores": (("qkv", s_saved),), f"{name}_softmax": (("attn_core", soft_saved),),
+                    f"{name}_context": (("qkv", v_bytes), ("attn_core", drop_out))})
+    if c.dropout:
+        u.saved[f"{name}_dropout"] = (("attn_core", drop_saved),)
+    # the scores, softmax output and dropout output are each a temporary of the kernel producing them
+    u.temp.update({f"{name}_scores": ab * probs, f"{name}_softmax": ab * probs,
+                   **({f"{name}_dropout": ab * probs} if c.dropout else {})})
     es = ab
     ops_f = [compute(f"{name}_scores", "attn_bmm", {"batch": batch, "m": seq_q, "n": seq_kv, "k": d_qk}, c.act,
                      2.0 * batch * seq_q * seq_kv * d_qk, es * batch * (seq_q * d_qk + seq_kv * d_qk + seq_q * seq_kv),
@@ -369,33 +457,39 @@ def mla_projection_units(c: Ctx, layer: int, heads: int, in_saved: int) -> list[
     kv_lora = m.kv_lora_rank or 0
     units: list[Unit] = []
 
-    def lin(name, mm, n, k, saved, params):
+    def lin(name, mm, n, k, saved, params, component):
         f, dg, wg, pd, _ = linear(c, name, mm, n, k, layer, saved, params)
-        return Unit([f], [(dg, 0, 0), (wg, pd, 0)])
+        return tag(Unit([f], [(dg, 0, 0), (wg, pd, 0)]), component)
 
     ql = m.q_lora_rank
     # the down-projections share one saved input (the norm output on this rank's tokens)
     if ql:
-        units.append(lin("attn_q_down", Tsp, ql, h, in_saved, h * ql))
-    units.append(lin("attn_kv_down", Tsp, kv_lora + rope, h, 0 if ql else in_saved, h * (kv_lora + rope)))
+        units.append(lin("attn_q_down", Tsp, ql, h, in_saved, h * ql, "norm_out"))
+    units.append(lin("attn_kv_down", Tsp, kv_lora + rope, h, 0 if ql else in_saved, h * (kv_lora + rope),
+                     "norm_out"))
     if ql:
         units.append(_latent_gather(c, "attn_q_latent", ql, layer))
     units.append(_latent_gather(c, "attn_kv_latent", kv_lora + rope, layer))
     if ql:
-        units.append(norm(c, "attn_q_norm", T, ql, layer, saved=ab * T * ql, kind="rmsnorm"))
-        units.append(lin("attn_q_up", T, heads * qk, ql, ab * T * ql, ql * heads * qk))
+        units.append(norm(c, "attn_q_norm", T, ql, layer, saved=ab * T * ql, kind="rmsnorm",
+                          component="attn_linear"))
+        units.append(lin("attn_q_up", T, heads * qk, ql, ab * T * ql, ql * heads * qk, "attn_linear"))
     else:
         units.append(column_unit(c, "attn", "attn_q", T, heads * qk, h, layer, 0, h * heads * qk))
-    units.append(norm(c, "attn_kv_norm", T, kv_lora, layer, saved=ab * T * kv_lora, kind="rmsnorm"))
-    units.append(lin("attn_kv_up", T, heads * (nope + dv), kv_lora, ab * T * kv_lora, kv_lora * heads * (nope + dv)))
+    units.append(norm(c, "attn_kv_norm", T, kv_lora, layer, saved=ab * T * kv_lora, kind="rmsnorm",
+                      component="attn_linear"))
+    units.append(lin("attn_kv_up", T, heads * (nope + dv), kv_lora, ab * T * kv_lora, kv_lora * heads * (nope + dv),
+                     "attn_linear"))
     return units
 
 
-def attention_units(c: Ctx, layer: int, selective: bool) -> list[Unit]:
-    """Input norm, QKV (or MLA projections), rotary, core, output projection, dropout-add."""
+def attention_units(c: Ctx, layer: int, selective: bool = False) -> list[Unit]:
+    """Input norm, QKV (or MLA projections), rotary, core, output projection, dropout-add.
+
+    `selective`: drop what Megatron's selective recompute rematerialises (SELECTIVE_DROP)."""
     m, T, Tsp, h, t, ab = c.model, c.tokens, c.tokens_sp, c.h, c.t, c.ab
     bias = m.add_bias_linear
-    units = [norm(c, "input_norm", Tsp, h, layer, saved=ab * Tsp * h)]
+    units = [norm(c, "input_norm", Tsp, h, layer, saved=ab * Tsp * h, recompute="norm")]
     heads = m.num_attention_heads // t
     # input of the first GEMM(s): saved sequence-sharded with SP (re-gathered in backward)
     in_saved = ab * Tsp * h
@@ -404,9 +498,9 @@ def attention_units(c: Ctx, layer: int, selective: bool) -> list[Unit]:
         qk, dv, rope = m.qk_head_dim, m.v_head_size, m.qk_rope_head_dim or 0
         if rope:
             units.append(rotary(c, layer, heads + 1, rope))
-        units.append(_attention_core(c, layer, heads, heads, qk, dv, selective))
+        units.append(_attention_core(c, layer, heads, heads, qk, dv))
         units.append(row_unit(c, "attn", "attn_proj", T, h, heads * dv, layer, ab * T * heads * dv,
-                              heads * dv * h + (h if bias else 0)))
+                              heads * dv * h + (h if bias else 0), component="attn_linear"))
     else:
         d, kv = m.head_size, m.kv_heads // t
         n_qkv = (heads + 2 * kv) * d
@@ -414,27 +508,30 @@ def attention_units(c: Ctx, layer: int, selective: bool) -> list[Unit]:
         units.append(column_unit(c, "attn", "attn_qkv", T, n_qkv, h, layer, in_saved, qkv_params))
         if m.qk_layernorm:
             units.append(norm(c, "attn_qk_norm", T * (heads + kv), d, layer, saved=ab * T * (heads + kv) * d,
-                              copies=2))
+                              copies=2, component="qkv"))
         if m.position_embedding == "rope":
             units.append(rotary(c, layer, heads + kv, d))
-        units.append(_attention_core(c, layer, heads, kv, d, d, selective))
+        units.append(_attention_core(c, layer, heads, kv, d, d))
         units.append(row_unit(c, "attn", "attn_proj", T, h, heads * d, layer, ab * T * heads * d,
-                              heads * d * h + (h if bias else 0)))
+                              heads * d * h + (h if bias else 0), component="attn_linear"))
     units.append(dropout_add(c, "attn", Tsp * h, layer))
-    return units
+    return apply_recompute(units, SELECTIVE_DROP) if selective else units
 
 
 # ---------------------------------------------------------------- MLP / MoE
 
-def _act_unit(c: Ctx, name: str, tokens: int, width: int, layer: int, saved: bool = True) -> Unit:
+def _act_unit(c: Ctx, name: str, tokens: int, width: int, layer: int, saved: bool = True,
+              work_tokens: float | None = None) -> Unit:
+    """Activation over `tokens` rows (dims); FLOPs / bytes over `work_tokens` rows when given."""
     kind = "swiglu" if c.model.gated_mlp else "gelu"
     in_w = 2 * width if c.model.gated_mlp else width
-    nb = c.ab * tokens * (in_w + width)
+    wt = tokens if work_tokens is None else work_tokens
+    nb = c.ab * wt * (in_w + width)
     dims = {"tokens": tokens, "width": width}
-    f = compute(name, kind, dims, c.act, 8.0 * tokens * width, nb, "fwd", layer,
-                c.ab * tokens * in_w if saved else 0)
-    b = compute(f"{name}_bwd", kind, dims, c.act, 16.0 * tokens * width, nb + c.ab * tokens * width, "bwd", layer)
-    return Unit([f], [(b, 0, 0)])
+    f = compute(name, kind, dims, c.act, 8.0 * wt * width, nb, "fwd", layer,
+                c.ab * wt * in_w if saved else 0)
+    b = compute(f"{name}_bwd", kind, dims, c.act, 16.0 * wt * width, nb + c.ab * wt * width, "bwd", layer)
+    return tag(Unit([f], [(b, 0, 0)]), "mlp_act", "mlp")
 
 
 def dense_mlp_units(c: Ctx, layer: int, ffn: int, prefix: str = "mlp", save_input: bool = True) -> list[Unit]:
@@ -447,16 +544,30 @@ def dense_mlp_units(c: Ctx, layer: int, ffn: int, prefix: str = "mlp", save_inpu
     f = ffn // t
     bias = m.add_bias_linear
     return [column_unit(c, prefix, f"{prefix}_fc1", T, g * f, h, layer, ab * Tsp * h if save_input else 0,
-                        h * g * f + (g * f if bias else 0)),
+                        h * g * f + (g * f if bias else 0), recompute="mlp"),
             _act_unit(c, f"{prefix}_act", T, f, layer),
             row_unit(c, prefix, f"{prefix}_fc2", T, h, f, layer, ab * T * f, f * h + (h if bias else 0))]
 
 
-def moe_units(c: Ctx, layer: int) -> list[Unit]:
+@dataclass(frozen=True)
+class ExpertRows:
+    """Routed-expert work of one rank under unbalanced routing (serving: workload_gen.expert_load):
+    kernel dims of the rank the step waits for and the work its FLOPs / bytes count."""
+
+    groups: int          # grouped-GEMM members that run (experts receiving a token)
+    rows: int            # rows per member
+    act_rows: int        # rows of the activation kernel (token copies the rank processes)
+    work_rows: float     # token copies counted in FLOPs / bytes
+    work_sets: float     # expert weight sets read, counted in bytes
+    a2a_copies: int      # token copies in one rank's EP all-to-all buffer
+
+
+def moe_units(c: Ctx, layer: int, load: ExpertRows | None = None) -> list[Unit]:
     """Router + top-k, permute, EP all-to-all dispatch, (expert-TP gather), expert GEMMs, combine.
 
-    Balanced routing assumed: every expert receives the mean number of tokens. Shared experts run as
-    a TP-sharded dense MLP on the full (gathered) sequence.
+    Balanced routing by default: every expert receives the mean number of tokens; `load` replaces the
+    routed experts' grouped GEMMs, activation and all-to-all sizes (serving's expert load). Shared
+    experts run as a TP-sharded dense MLP on the full (gathered) sequence.
     """
     m, p, h, ab = c.model, c.plan, c.h, c.ab
     E, k, ep, etp = m.num_experts, m.moe_top_k, p.ep, p.expert_tp
@@ -467,17 +578,18 @@ def moe_units(c: Ctx, layer: int) -> list[Unit]:
     units: list[Unit] = []
     # router (replicated weight; fp32 logits in Megatron, modelled in the activation dtype)
     f, dg, wg, pd, _ = linear(c, "moe_router", Tl, E, h, layer, ab * Tl * h, E * h)
-    units.append(Unit([f], [(dg, 0, 0), (wg, pd, 0)]))
+    units.append(tag(Unit([f], [(dg, 0, 0), (wg, pd, 0)]), "norm_out"))
     dims = {"tokens": Tl, "experts": E, "topk": k}
-    units.append(Unit([compute("moe_topk", "router_topk", dims, "fp32", 5.0 * Tl * E, 4 * Tl * E * 2, "fwd",
-                               layer, 4 * Tl * E)],
-                      [(compute("moe_topk_bwd", "router_topk", dims, "fp32", 5.0 * Tl * E, 4 * Tl * E * 3, "bwd",
-                                layer), 0, 0)]))
+    units.append(tag(Unit([compute("moe_topk", "router_topk", dims, "fp32", 5.0 * Tl * E, 4 * Tl * E * 2, "fwd",
+                                   layer, 4 * Tl * E)],
+                          [(compute("moe_topk_bwd", "router_topk", dims, "fp32", 5.0 * Tl * E, 4 * Tl * E * 3,
+                                    "bwd", layer), 0, 0)]), "moe"))
     pdims = {"tokens": Tl, "hidden": h, "topk": k}
-    units.append(Unit([compute("moe_permute", "permute", pdims, c.act, 0.0, ab * Tl * h * (1 + k), "fwd", layer)],
-                      [(compute("moe_permute_bwd", "permute", pdims, c.act, Tl * k * h, ab * Tl * h * (1 + k),
-                                "bwd", layer), 0, 0)]))
-    a2a = ab * Tl * k * h
+    units.append(tag(Unit([compute("moe_permute", "permute", pdims, c.act, 0.0, ab * Tl * h * (1 + k), "fwd",
+                                   layer)],
+                          [(compute("moe_permute_bwd", "permute", pdims, c.act, Tl * k * h, ab * Tl * h * (1 + k),
+                                    "bwd", layer), 0, 0)]), "moe", temp={"moe_permute": ab * Tl * k * h}))
+    a2a = ab * (load.a2a_copies if load is not None else Tl * k) * h
     if ep > 1:
         units.append(Unit([comm("moe_dispatch", "all_to_all", "ep", a2a, layer, "fwd")],
                           [(comm("moe_dispatch_bwd", "all_to_all", "ep", a2a, layer, "bwd"), 0, 0)]))
@@ -490,22 +602,32 @@ def moe_units(c: Ctx, layer: int) -> list[Unit]:
     bias = m.add_bias_linear
     p1 = h * g * fe + (g * fe if bias else 0)
     p2 = fe * h + (h if bias else 0)
-    if p.moe_grouped_gemm:
+    if load is not None:
+        work = (load.work_rows, load.work_sets)
+        f1, d1, w1, _, e1 = linear(c, "moe_fc1", load.rows, g * fe, h, layer, ab * load.work_rows * h, local * p1,
+                                   True, groups=load.groups, work=work)
+        f2, d2, w2, _, e2 = linear(c, "moe_fc2", load.rows, h, fe, layer, ab * load.work_rows * fe, local * p2,
+                                   True, groups=load.groups, work=work)
+        units += [tag(Unit([f1], [(d1, 0, 0), (w1, 0, e1)]), "moe", "mlp"),
+                  _act_unit(c, "moe_act", load.act_rows, fe, layer, work_tokens=load.work_rows),
+                  tag(Unit([f2], [(d2, 0, 0), (w2, 0, e2)]), "mlp_act",
+                      temp={"moe_fc2": ab * load.act_rows * h})]
+    elif p.moe_grouped_gemm:
         f1, d1, w1, _, e1 = linear(c, "moe_fc1", m_tok, g * fe, h, layer, ab * routed * h, local * p1, True,
                                    groups=local)
         f2, d2, w2, _, e2 = linear(c, "moe_fc2", m_tok, h, fe, layer, ab * routed * fe, local * p2, True,
                                    groups=local)
-        units += [Unit([f1], [(d1, 0, 0), (w1, 0, e1)]),
+        units += [tag(Unit([f1], [(d1, 0, 0), (w1, 0, e1)]), "moe", "mlp"),
                   _act_unit(c, "moe_act", routed, fe, layer),
-                  Unit([f2], [(d2, 0, 0), (w2, 0, e2)])]
+                  tag(Unit([f2], [(d2, 0, 0), (w2, 0, e2)]), "mlp_act", temp={"moe_fc2": ab * routed * h})]
     else:
         # SequentialMLP: one fc1/act/fc2 per local expert
         for e in range(local):
             f1, d1, w1, _, e1 = linear(c, f"moe_e{e}_fc1", m_tok, g * fe, h, layer, ab * m_tok * h, p1, True)
             f2, d2, w2, _, e2 = linear(c, f"moe_e{e}_fc2", m_tok, h, fe, layer, ab * m_tok * fe, p2, True)
-            units += [Unit([f1], [(d1, 0, 0), (w1, 0, e1)]),
+            units += [tag(Unit([f1], [(d1, 0, 0), (w1, 0, e1)]), "moe", "mlp"),
                       _act_unit(c, f"moe_e{e}_act", m_tok, fe, layer),
-                      Unit([f2], [(d2, 0, 0), (w2, 0, e2)])]
+                      tag(Unit([f2], [(d2, 0, 0), (w2, 0, e2)]), "mlp_act", temp={f"moe_e{e}_fc2": ab * m_tok * h})]
     if etp > 1:
         size = ab * routed * h
         units.append(Unit([comm("moe_etp_rs", "reduce_scatter", "etp", size, layer, "fwd")],
@@ -513,10 +635,10 @@ def moe_units(c: Ctx, layer: int) -> list[Unit]:
     if ep > 1:
         units.append(Unit([comm("moe_combine", "all_to_all", "ep", a2a, layer, "fwd")],
                           [(comm("moe_combine_bwd", "all_to_all", "ep", a2a, layer, "bwd"), 0, 0)]))
-    units.append(Unit([compute("moe_unpermute", "unpermute", pdims, c.act, Tl * k * h, ab * Tl * h * (1 + k), "fwd",
-                               layer, 4 * Tl * k)],
-                      [(compute("moe_unpermute_bwd", "unpermute", pdims, c.act, Tl * k * h, ab * Tl * h * (1 + k),
-                                "bwd", layer), 0, 0)]))
+    units.append(tag(Unit([compute("moe_unpermute", "unpermute", pdims, c.act, Tl * k * h, ab * Tl * h * (1 + k),
+                                   "fwd", layer, 4 * Tl * k)],
+                          [(compute("moe_unpermute_bwd", "unpermute", pdims, c.act, Tl * k * h, ab * Tl * h * (1 + k),
+                                    "bwd", layer), 0, 0)]), "moe", temp={"moe_unpermute": ab * Tl * k * h}))
     if m.num_shared_experts:
         # same input tensor as the router (already saved there)
         units += dense_mlp_units(c, layer, m.shared_expert_total_ffn, prefix="moe_shared", save_input=False)
@@ -524,7 +646,7 @@ def moe_units(c: Ctx, layer: int) -> list[Unit]:
 
 
 def mlp_units(c: Ctx, layer: int) -> list[Unit]:
-    units = [norm(c, "pre_mlp_norm", c.tokens_sp, c.h, layer, saved=c.ab * c.tokens_sp * c.h)]
+    units = [norm(c, "pre_mlp_norm", c.tokens_sp, c.h, layer, saved=c.ab * c.tokens_sp * c.h, recompute="norm")]
     if c.model.layer_is_moe(layer):
         units += moe_units(c, layer)
     else:
@@ -533,9 +655,12 @@ def mlp_units(c: Ctx, layer: int) -> list[Unit]:
     return units
 
 
-def layer_units(c: Ctx, layer: int) -> list[Unit]:
-    selective = c.plan.recompute == "selective"
-    return attention_units(c, layer, selective) + mlp_units(c, layer)
+def layer_units(c: Ctx, layer: int, drop: frozenset[str] | None = None) -> list[Unit]:
+    """All units of global layer `layer` on this rank. `drop`: saved components rematerialised by
+    recompute (None: the plan's policy, SELECTIVE_DROP with selective recompute; empty: keep all)."""
+    if drop is None:
+        drop = SELECTIVE_DROP if c.plan.recompute == "selective" else frozenset()
+    return apply_recompute(attention_units(c, layer) + mlp_units(c, layer), drop)
 
 
 # ---------------------------------------------------------------- embedding and head
@@ -551,7 +676,7 @@ def embedding_units(c: Ctx) -> list[Unit]:
     f = compute("embedding", "embedding", dims, c.act, 0.0, ab * T * h + 8 * T, "fwd", -1)
     b = compute("embedding_wgrad", "embedding", dims, c.act, T * h, 2 * ab * T * h + 8 * T, "wgrad", -1)
     pos = m.seq_length * h if m.position_embedding == "learned" else 0
-    u = Unit([f], [(b, c.vocab_rank * h + pos, 0)])
+    u = Unit([f], [(b, c.vocab_rank * h + pos, 0)], temp={"embedding": ab * T * h if c.t > 1 else 0})
     units = [u]
     size = ab * T * h
     if c.t > 1 and c.sp and not pos:
@@ -568,10 +693,28 @@ def embedding_units(c: Ctx) -> list[Unit]:
         units.append(pu)
     if c.dropout:
         n = Tsp * h
-        units.append(Unit([compute("embedding_dropout", "dropout", {"numel": n}, c.act, n, 2 * ab * n + n, "fwd",
-                                   -1, saved=n)],
-                          [(compute("embedding_dropout_bwd", "dropout", {"numel": n}, c.act, n, 2 * ab * n + n,
-                                    "bwd", -1), 0, 0)]))
+        units.append(tag(Unit([compute("embedding_dropout", "dropout", {"numel": n}, c.act, n, 2 * ab * n + n,
+                                       "fwd", -1, saved=n)],
+                              [(compute("embedding_dropout_bwd", "dropout", {"numel": n}, c.act, n, 2 * ab * n + n,
+                                        "bwd", -1), 0, 0)]), "dropout"))
+    return units
+
+
+def embedding_train_units(c: Ctx) -> list[Unit]:
+    """Embedding units plus the gradient accumulation Megatron's DDP backward hook performs for
+    parameters without fused weight-gradient accumulation (the embedding tables): every micro-batch
+    `main_grad.add_(grad)` over the whole [vocab/tp, hidden] (+ positions) table, since torch's
+    embedding backward produces a dense gradient. The parameters' gradients are ready after it."""
+    from workload_gen import dp_comm  # dp_comm imports this module
+    units = embedding_units(c)
+    first = units[0]
+    (wgrad, dense, expert), rest = first.bwd[0], first.bwd[1:]
+    numel = dense + expert
+    gdtype = dp_comm.grad_reduce_dtype(c.plan)
+    add = ComputeOp(name="embedding_main_grad_add", kind="elementwise", shape=(("numel", numel),), dtype=gdtype,
+                    flops=float(numel), bytes=float(numel * (4 + 2 + 4)), variant="bwd", layer=-1, phase="bwd")
+    units[0] = Unit(first.fwd, [(wgrad, 0, 0), (add, dense, expert), *rest], first.recompute, first.saved,
+                    first.temp)
     return units
 
 
@@ -581,7 +724,9 @@ def head_units(c: Ctx) -> list[Unit]:
     units = [norm(c, "final_norm", Tsp, h, -1, saved=ab * Tsp * h)]
     # tied + pp == 1: the LM head reuses the embedding matrix; its grad accumulates into the same tensor
     head_params = c.vocab_rank * h if (not m.tie_embeddings or c.plan.pp > 1) else 0
-    units.append(column_unit(c, "lm_head", "lm_head", T, c.vocab_rank, h, -1, ab * Tsp * h, head_params))
+    lm = column_unit(c, "lm_head", "lm_head", T, c.vocab_rank, h, -1, ab * Tsp * h, head_params)
+    lm.temp["lm_head"] = lm.temp.get("lm_head", 0) + ab * T * c.vocab_rank     # its 16-bit logits
+    units.append(lm)
     dims = {"tokens": T, "vocab": c.vocab_rank}
     n = T * c.vocab_rank
     ce = Unit([compute("cross_entropy", "cross_entropy", dims, "fp32", 6.0 * n, 4 * n + ab * n, "fwd", -1,
@@ -596,6 +741,8 @@ def head_units(c: Ctx) -> list[Unit]:
                                saved=4 * n if i == 0 else 0))
             ops.append(comm(nm, "all_reduce", "tp", 4 * T, -1, "fwd", dtype="fp32"))
         ce.fwd = ops
+    # the fp32 upcast of the logits becomes the saved softmax in place; the 16-bit logits are the temporary
+    tag(ce, "loss", temp={ce.fwd[0].name: ab * n})
     units.append(ce)
     return units
 
@@ -620,5 +767,5 @@ def full_recompute_saved(units: list[Unit], c: Ctx) -> list[Unit]:
                 op = replace(op, saved_bytes=c.ab * c.tokens_sp * c.h if first else 0)
                 first = False
             fwd.append(op)
-        out.append(Unit(fwd, u.bwd, u.core))
+        out.append(Unit(fwd, u.bwd, u.recompute, u.saved, u.temp))
     return out

@@ -23,14 +23,16 @@ def register(subparsers) -> None:
                    help="components selective recompute rematerialises: attn,mlp,norm (default attn, or "
                         "the --plan file's attn_recompute/mlp_recompute/mlp_rms_recompute)")
     m.add_argument("--opwalk", action="store_true",
-                   help="activations from analysis's own op walk instead of the generated workload's saved_bytes")
+                   help="activations from workload_gen.layers' units without generating the workload (as the "
+                        "search does) instead of the generated workload's saved_bytes")
     m.add_argument("--json", metavar="PATH", help="also write the full report as JSON")
     add_calibration_args(m, network=False)
     m.set_defaults(func=cmd_memory)
 
     s = subparsers.add_parser("search", help="search parallel plans (TP/SP/PP/VPP/CP/EP/recompute/ZeRO) that fit")
     _model_args(s)
-    s.add_argument("--world-size", type=int, required=True, help="number of GPUs")
+    s.add_argument("--world-size", required=True,
+                   help="number of GPUs; a comma list (e.g. 64,128) searches each GPU count and ranks all together")
     s.add_argument("--gbs", type=int, required=True, help="global batch size (sequences)")
     s.add_argument("--seq", type=int, default=None, help="sequence length (default: the model's)")
     s.add_argument("--gpu", default="H100", help="GPU name or system file (default H100)")
@@ -55,6 +57,11 @@ def register(subparsers) -> None:
     s.add_argument("--no-confirm", action="store_true", help="skip the flow-backend confirmation")
     s.add_argument("--workers", type=int, default=1, help="local worker processes (under mpiexec: MPI ranks)")
     s.add_argument("--out", "-o", default="search_out", help="output directory (default search_out)")
+    o = s.add_argument_group("objective (sim.analysis.objectives)")
+    o.add_argument("--objective", default="time", choices=("time", "cost", "energy"),
+                   help="rank by seconds per iteration, $ per token or facility J per token (default time)")
+    o.add_argument("--price-file", help="$/GPU-hour table YAML (default: sim/data/gpu_prices.yaml)")
+    o.add_argument("--power-file", help="power table YAML (default: sim/data/power.yaml)")
     add_calibration_args(s)
     s.set_defaults(func=cmd_search)
 
@@ -187,7 +194,7 @@ def cmd_memory(args) -> int:
             from workload_gen import generate
             workload = generate(model, plan)
         except ImportError:
-            pass  # the op walk follows the same accounting
+            pass  # the layer units (search accounting) give the same bytes
     rep = analyze_memory(model, plan, workload, options=MemoryOptions(selective=sel or ("attn",),
                                                                       mem_factor=mem_factor))
     print(f"{model.name}: tp={plan.tp} sp={plan.sequence_parallel} pp={plan.pp} vpp={plan.vpp} cp={plan.cp} "
@@ -235,6 +242,7 @@ def _words(text: str, flag: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def cmd_search(args) -> int:
+    from sim.analysis import objectives as obj
     from sim.analysis.perfllm import load_model_any, load_system
     from sim.analysis.search import (
         SearchSpace,
@@ -245,7 +253,8 @@ def cmd_search(args) -> int:
         write_rejections_csv,
     )
     model = load_model_any(args.model)
-    if args.world_size < 1 or args.gbs < 1:
+    worlds = tuple(dict.fromkeys(_ints(str(args.world_size), "world-size")))
+    if args.gbs < 1:
         raise SimError("--world-size and --gbs must be positive")
     if not args.gmi_error >= 0:  # a negative headroom would call plans larger than the device feasible
         raise SimError(f"--gmi-error: expected GiB >= 0 (got {args.gmi_error:g})")
@@ -272,17 +281,30 @@ def cmd_search(args) -> int:
                         optimizer=_words(args.optimizer, "optimizer",
                                          ("none", "distributed", "zero1", "zero2", "zero3")),
                         plan_fields=tuple(sorted(fields.items())))
-    topology = None
-    if args.topology and args.topology != "none":
-        # the same builder as `clustersim run`: templates get the GPU's datasheet NVLink rate
-        from sim.inputs import make_topology
-        topology = make_topology(args.topology, gpus=args.world_size, gpu_type=extra.get("gpu", args.gpu),
-                                 gpus_per_server=hw.gpus_per_server)
-    res = search(model, args.world_size, args.gbs, gpu=extra.get("gpu", args.gpu), hw=hw, seq_length=args.seq,
-                 space=space, gmi_error_GiB=args.gmi_error, use_reserved_memory=not args.allocated,
-                 dtype=args.dtype, topology=topology, top_k=args.top_k, confirm=not args.no_confirm,
-                 workers=args.workers, progress=sys.stderr.isatty(), db=db, net_calibration=cal,
-                 flash_attention=not args.no_flash)
+    from sim.train_cost import extra_gpus_of
+    gpu = extra.get("gpu", args.gpu)
+    tables, objective_notes = obj.load_objective_tables(      # bad tables fail before the search
+        gpu, args.gbs * (args.seq or model.seq_length), args.objective, args.price_file, args.power_file,
+        extra_gpus_of(args.gpu_file))
+    results = []
+    for world in worlds:
+        topology = None
+        if args.topology and args.topology != "none":
+            # the same builder as `clustersim run`: templates get the GPU's datasheet NVLink rate
+            from sim.inputs import make_topology
+            topology = make_topology(args.topology, gpus=world, gpu_type=gpu, gpus_per_server=hw.gpus_per_server)
+        r = search(model, world, args.gbs, gpu=gpu, hw=hw, seq_length=args.seq,
+                   space=space, gmi_error_GiB=args.gmi_error, use_reserved_memory=not args.allocated,
+                   dtype=args.dtype, topology=topology, top_k=args.top_k, confirm=not args.no_confirm,
+                   workers=args.workers, progress=sys.stderr.isatty(), db=db, net_calibration=cal,
+                   flash_attention=not args.no_flash)
+        counts = obj.counts_for(topology, world, hw.gpus_per_server)
+        for c in r.candidates:
+            if c.feasible:
+                obj.price_candidate(c, tables, counts)
+        results.append(r)
+    res = obj.merge_results(results, args.objective)
+    res.notes.extend(n for n in objective_notes if n not in res.notes)
     try:
         from mpi4py import MPI  # noqa: F401 - only rank 0 writes under mpiexec
         if "OMPI_COMM_WORLD_SIZE" in os.environ and MPI.COMM_WORLD.Get_rank() != 0:
@@ -295,25 +317,43 @@ def cmd_search(args) -> int:
         raise SimError(f"{args.out}: cannot create the output directory ({exc.strerror})") from None
     write_ranked_csv(res, os.path.join(args.out, "ranked.csv"))
     write_rejections_csv(res, os.path.join(args.out, "rejected_families.csv"))
+    gpus_text = ",".join(map(str, worlds))
     write_pareto_png(res, os.path.join(args.out, "pareto.png"),
-                     title=f"{model.name} on {args.world_size} x {hw.name}, gbs {args.gbs}")
-    summary = {"model": model.name, "world_size": args.world_size, "global_batch_size": args.gbs,
+                     title=f"{model.name} on {gpus_text} x {hw.name}, gbs {args.gbs}")
+    why = obj.why_lines(res.candidates, plan_label)
+    summary = {"model": model.name, "world_size": worlds[0] if len(worlds) == 1 else list(worlds),
+               "global_batch_size": args.gbs, "objective": args.objective,
+               "usd_per_gpu_hour": tables.usd_per_gpu_hour, "price_source": tables.price_source,
+               "winners": obj.winners_dict(res.candidates, plan_label), "why": why,
                "evaluated": res.evaluated, "feasible": len(res.ranked), "elapsed_s": res.elapsed_s,
                "memory_budget_bytes": res.memory_budget_bytes,
                "screen_method": res.screen_method, "confirm_method": res.confirm_method, "notes": res.notes,
                "best": plan_label(res.best.plan) if res.best else None,
                "rejected_families": res.rejected_families}
     _write_json(os.path.join(args.out, "summary.json"), summary)
+    from sim.html.search_report import search_html
+    from sim.outpath import atomic_write
+    atomic_write(os.path.join(args.out, "report.html"),
+                 search_html(res, summary, f"{model.name} on {gpus_text} x {hw.name}, gbs {args.gbs}").encode())
     print(f"evaluated {res.evaluated} plans in {res.elapsed_s:.1f} s; {len(res.ranked)} fit in "
           f"{res.memory_budget_bytes / GiB:.1f} GiB ({hw.hbm_bytes / GiB:.1f} GiB - CUDA context - "
           f"{args.gmi_error:g} GiB headroom)")
+    if res.ranked:
+        print(f"ranked by {args.objective}" + (f" over {gpus_text} GPUs" if len(worlds) > 1 else "")
+              + ("; $ and kWh per million tokens failure-free" if args.objective != "time" else ""))
     for i, c in enumerate(res.ranked[:10], 1):
         flow = "" if c.flow_iteration_time_s != c.flow_iteration_time_s else f" flow {c.flow_iteration_time_s:.3f} s"
-        print(f"{i:>3}. {plan_label(c.plan):<60} {c.iteration_time_s:8.3f} s  MFU {c.mfu_6nd_with_attn:6.1%}  "
-              f"peak {c.peak_mem_with_reserved_bytes / GiB:6.1f} GiB{flow}")
+        gpus = f"{c.plan.world_size:>5} GPU " if len(worlds) > 1 else ""
+        per_tok = "".join(f"  {fmt.format(v)}" for fmt, v in (("${:.3f}/Mtok", c.usd_per_million_tokens),
+                                                              ("{:.3f} kWh/Mtok", c.kwh_per_million_tokens))
+                          if v == v and args.objective != "time")
+        print(f"{i:>3}. {gpus}{plan_label(c.plan):<60} {c.iteration_time_s:8.3f} s  MFU {c.mfu_6nd_with_attn:6.1%}  "
+              f"peak {c.peak_mem_with_reserved_bytes / GiB:6.1f} GiB{flow}{per_tok}")
     if not res.ranked:
         print("no plan fits; see rejected_families.csv")
+    for line in why:
+        print(line)
     for n in res.notes:
         print(f"note: {n}")
-    print(f"wrote {args.out}/ranked.csv, rejected_families.csv, pareto.png, summary.json")
+    print(f"wrote {args.out}/ranked.csv, rejected_families.csv, pareto.png, summary.json, report.html")
     return 0 if res.ranked else 1

@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.analysis.memory import full_recompute_layers
-from sim.analysis.opwalk import is_moe_layer
 
 
 @dataclass(frozen=True)
@@ -45,7 +44,7 @@ def _mm_params_per_layer(model, layer: int) -> float:
     else:
         att = h * (a + 2 * kv) * d + a * d * h
     nmat = 3 if model.activation == "swiglu" else 2
-    if is_moe_layer(model, layer):
+    if model.layer_is_moe(layer):
         Fe = model.moe_ffn_hidden_size or model.ffn_hidden_size
         mlp = h * model.num_experts + max(1, model.moe_top_k) * nmat * h * Fe
         if model.num_shared_experts:
@@ -96,7 +95,7 @@ def count_flops(model, plan, selective: tuple[str, ...] = ("attn",)) -> FlopCoun
             if "mlp" in selective:
                 h = model.hidden_size
                 F = (model.moe_ffn_hidden_size or model.ffn_hidden_size) * max(1, model.moe_top_k) \
-                    if is_moe_layer(model, i) else model.ffn_hidden_size
+                    if model.layer_is_moe(i) else model.ffn_hidden_size
                 nmat = 3 if model.activation == "swiglu" else 2
                 extra += 2.0 * (nmat - 1) * h * F   # fc1 (+gate) recomputed; fc2 is not
     return FlopCount(per_tok * tokens, (per_tok + extra) * tokens, tokens, per_tok,
@@ -152,50 +151,35 @@ def utilisation(flops: FlopCount, iteration_time_s: float, world_size: int, peak
             "model_tflops_per_s_per_gpu": flops.model_flops / denom / 1e12}
 
 
+def _layer_sums(lk, groups: set[str]) -> dict[str, float]:
+    """FLOPs / HBM bytes of one block's kernels (stagefacts.LayerKernels) and its collective bytes."""
+    sel = [o for o, g in zip(lk.fwd, lk.group) if g in groups]
+    return {"f": sum(o.flops for o in lk.fwd), "b": sum(o.flops for o in lk.bwd),
+            "fb": sum(o.bytes for o in lk.fwd), "bb": sum(o.bytes for o in lk.bwd),
+            "sf": sum(o.flops for o in sel), "sb": sum(o.bytes for o in sel),
+            "c": float(sum(c.size_bytes for c in lk.fwd_comms) + sum(c.size_bytes for c in lk.bwd_comms))}
+
+
 def walk_kernel_flops(model, plan, selective: tuple[str, ...] = ("attn",)) -> dict[str, float]:
-    """FLOPs of the kernels the step runs (op walk; all GPUs, per iteration), without and with recompute.
+    """FLOPs of the kernels the step runs (workload_gen.layers' kernels; all GPUs, per iteration),
+    without and with recompute.
 
     Differs from model FLOPs by what the kernels really compute: padded vocabulary, router and
     elementwise FLOPs; attention over the full score matrix (as the model-FLOP convention)."""
-    from sim.analysis.opwalk import embedding_walk, layer_walk, model_dims, output_walk, recompute_group
-    from sim.analysis.stagefacts import layer_assignment
-    D = model_dims(model, plan)
-    groups = set(selective)
+    per = pass_costs(model, plan, selective)
     m = max(1, plan.num_microbatches)
-    base = rec = 0.0
-    cache: dict[bool, tuple[float, float, float]] = {}
-    assign = layer_assignment(model, plan)
-    for stage, chunks in enumerate(assign):
-        for ci, chunk in enumerate(chunks):
-            full = full_recompute_layers(plan, chunk)
-            for layer in chunk:
-                key = is_moe_layer(model, layer)
-                if key not in cache:
-                    w = layer_walk(model, plan, layer, D)
-                    cache[key] = (sum(o.flops * (1 + o.bwd_factor) for o in w.ops), w.fwd_flops,
-                                  sum(o.flops for o in w.ops if recompute_group(o) in groups))
-                tot, fwd, sel = cache[key]
-                base += tot
-                if layer in full:
-                    rec += fwd
-                elif plan.recompute == "selective":
-                    rec += sel
-            extra = []
-            if stage == 0 and ci == 0:
-                extra += embedding_walk(model, plan, D)
-            if stage == plan.pp - 1 and ci == len(chunks) - 1:
-                extra += output_walk(model, plan, D)
-            base += sum(o.flops * (1 + o.bwd_factor) for o in extra)
     ranks = plan.world_size // plan.pp
+    base = sum(p["fwd_flops"] + p["bwd_flops"] for p in per)
+    rec = sum(p["recompute_flops"] for p in per)
     return {"kernel_flops": base * m * ranks, "kernel_flops_with_recompute": (base + rec) * m * ranks}
 
 
 def pass_costs(model, plan, selective: tuple[str, ...] = ("attn",)) -> list[dict[str, float]]:
     """Per stage, per GPU, per micro-batch: FLOPs and HBM bytes of the forward, backward and recompute
-    passes, and bytes handed to collectives (nccl-tests buffer sizes) inside the layers (op walk)."""
-    from sim.analysis.opwalk import embedding_walk, layer_walk, model_dims, output_walk, recompute_group
-    from sim.analysis.stagefacts import layer_assignment
-    D = model_dims(model, plan)
+    passes, and bytes handed to collectives (nccl-tests buffer sizes) inside the layers — summed over
+    the kernels workload_gen.layers emits (stagefacts.KernelCatalog)."""
+    from sim.analysis.stagefacts import KernelCatalog, layer_assignment
+    cat = KernelCatalog(model, plan)
     groups = set(selective)
     out = []
     cache: dict[bool, dict[str, float]] = {}
@@ -205,14 +189,9 @@ def pass_costs(model, plan, selective: tuple[str, ...] = ("attn",)) -> list[dict
         for ci, chunk in enumerate(chunks):
             full = full_recompute_layers(plan, chunk)
             for layer in chunk:
-                key = is_moe_layer(model, layer)
+                key = model.layer_is_moe(layer)
                 if key not in cache:
-                    w = layer_walk(model, plan, layer, D)
-                    sel = [o for o in w.ops if recompute_group(o) in groups]
-                    cache[key] = {"f": w.fwd_flops, "b": sum(o.flops * o.bwd_factor for o in w.ops),
-                                  "fb": sum(o.bytes for o in w.ops), "bb": sum(o.bytes * o.bwd_factor for o in w.ops),
-                                  "sf": sum(o.flops for o in sel), "sb": sum(o.bytes for o in sel),
-                                  "c": 2.0 * sum(c.size_bytes for c in w.comms)}
+                    cache[key] = _layer_sums(cat.layer(layer), groups)
                 c = cache[key]
                 acc["fwd_flops"] += c["f"]
                 acc["bwd_flops"] += c["b"]
@@ -227,13 +206,14 @@ def pass_costs(model, plan, selective: tuple[str, ...] = ("attn",)) -> list[dict
                     acc["recompute_hbm_bytes"] += c["sb"]
             extra = []
             if stage == 0 and ci == 0:
-                extra += embedding_walk(model, plan, D)
+                extra.append(cat.embedding())
             if stage == plan.pp - 1 and ci == len(chunks) - 1:
-                extra += output_walk(model, plan, D)
-            for o in extra:
-                acc["fwd_flops"] += o.flops
-                acc["bwd_flops"] += o.flops * o.bwd_factor
-                acc["fwd_hbm_bytes"] += o.bytes
-                acc["bwd_hbm_bytes"] += o.bytes * o.bwd_factor
+                extra.append(cat.head())
+            for lk in extra:
+                c = _layer_sums(lk, set())
+                acc["fwd_flops"] += c["f"]
+                acc["bwd_flops"] += c["b"]
+                acc["fwd_hbm_bytes"] += c["fb"]
+                acc["bwd_hbm_bytes"] += c["bb"]
         out.append({"stage": stage, **acc})
     return out

@@ -7,8 +7,8 @@ Everything is per GPU (one rank of a pipeline stage), in bytes. Modelled:
   over DP x CP (dense) and expert-DP (experts); ZeRO-2 also shards gradients; ZeRO-3 also weights.
   Shards are rounded up to whole parameters.
 - Activations per layer per micro-batch: the bytes each forward kernel keeps for backward
-  (`ComputeOp.saved_bytes` of a Workload, or analysis's own op walk, `opwalk.py`), minus what the
-  recompute policy rematerialises (selective: chosen components; full: only the layer input kept
+  (`ComputeOp.saved_bytes` of a Workload, or the same kernels built without a Workload from
+  workload_gen.layers via `stagefacts.KernelCatalog`), minus what the recompute policy rematerialises (selective: chosen components; full: only the layer input kept
   for `recompute_num_layers` layers of each chunk).
 - In-flight micro-batches: 1F1B stage i of p keeps min(p - i, m); interleaved (Megatron) keeps the
   (p - i - 1)*2 + (v - 1)*p + 1 chunk forwards of its warm-up, each with that chunk's layers; GPipe keeps m.
@@ -30,18 +30,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from sim.analysis.opwalk import (
-    Dims,
-    LayerWalk,
-    WalkOp,
-    embedding_walk,
-    is_moe_layer,
-    layer_walk,
-    model_dims,
-    output_walk,
-)
+from sim.analysis.stagefacts import KernelCatalog, LayerKernels, layer_assignment, rank_params
 from sim.analysis.stagefacts import RankParams as RankParamsLike
-from sim.analysis.stagefacts import layer_assignment, rank_params
+from workload_gen.layers import SELECTIVE_DROP
 
 GiB = 1024 ** 3
 MiB = 1024 ** 2
@@ -112,7 +103,7 @@ class StageMemory:
 class MemoryReport:
     stages: list[StageMemory]
     cuda_context_bytes: int
-    source: str                       # "workload" | "opwalk"
+    source: str                       # "workload" | "layers" (workload_gen.layers units, no Workload built)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -183,6 +174,7 @@ def model_state_bytes(dense_params: int, expert_params: int, plan) -> ModelState
 # recompute
 # ---------------------------------------------------------------------------------------------
 def dropped_components(plan, options: MemoryOptions) -> frozenset[str]:
+    """Saved-tensor components (workload_gen.layers.COMPONENTS) the plan's recompute rematerialises."""
     if plan.recompute != "selective":
         return frozenset()
     return frozenset(SELECTIVE_COMPONENTS[c] for c in options.selective)
@@ -197,8 +189,9 @@ def full_recompute_layers(plan, chunk_layers: tuple[int, ...]) -> set[int]:
     return set(chunk_layers[:n])
 
 
-def layer_input_bytes(D: Dims) -> int:
-    return 2 * (D.T // D.tsp) * D.h
+def layer_input_bytes(c) -> int:
+    """The layer input (kept by full recompute) of a workload_gen.layers.Ctx `c`."""
+    return c.ab * c.tokens_sp * c.h
 
 
 # ---------------------------------------------------------------------------------------------
@@ -223,18 +216,6 @@ def inflight_microbatches(stage: int, pp: int, vpp: int, m: int, schedule: str =
 # ---------------------------------------------------------------------------------------------
 # activations
 # ---------------------------------------------------------------------------------------------
-class _WalkCache:
-    def __init__(self, model, plan, D: Dims):
-        self.model, self.plan, self.D = model, plan, D
-        self._c: dict[bool, LayerWalk] = {}
-
-    def layer(self, layer: int) -> LayerWalk:
-        key = is_moe_layer(self.model, layer)
-        if key not in self._c:
-            self._c[key] = layer_walk(self.model, self.plan, layer, self.D)
-        return self._c[key]
-
-
 def activations_from_workload(workload) -> dict[tuple[int, int], dict[int, int]]:
     """{(stage, chunk): {layer: saved bytes per micro-batch}} from the kernels' saved_bytes (-1: non-layer)."""
     out: dict[tuple[int, int], dict[int, int]] = {}
@@ -252,26 +233,22 @@ def activations_from_workload(workload) -> dict[tuple[int, int], dict[int, int]]
 def layer_activation_bytes(model, plan, layer: int = 0, options: MemoryOptions = MemoryOptions(),
                            full: bool | None = None) -> int:
     """Saved activation bytes of one layer per micro-batch on one rank under the plan's recompute."""
-    D = model_dims(model, plan)
-    w = layer_walk(model, plan, layer, D)
+    cat = KernelCatalog(model, plan)
     if full is None:
         full = plan.recompute == "full"
     if full:
-        return layer_input_bytes(D)
-    return w.saved_bytes(dropped_components(plan, options))
+        return layer_input_bytes(cat.ctx)
+    return cat.layer(layer).saved_bytes(dropped_components(plan, options))
 
 
-def _op_fwd_transient(op: WalkOp) -> int:
-    return op.transient_bytes
-
-
-def _bwd_working(walk_ops: list[WalkOp], rematerialised: int) -> tuple[int, str]:
-    """Peak extra bytes while one layer's backward runs: recomputed tensors + gradient working set."""
-    best, name = 0, walk_ops[0].name if walk_ops else ""
-    for op in walk_ops:
-        w = 2 * max(op.saved_bytes, op.transient_bytes)
-        if w > best:
-            best, name = w, op.name
+def _bwd_working(lk: LayerKernels, rematerialised: int) -> tuple[int, str]:
+    """Peak extra bytes while one layer's backward runs: recomputed tensors + gradient working set
+    (two tensors the size of the largest tensor one kernel keeps or holds)."""
+    best, name = 0, lk.fwd[0].name if lk.fwd else ""
+    for i, op in enumerate(lk.fwd):
+        largest = max([lk.temp[i], *(b for _, b in lk.saved[i])])
+        if 2 * largest > best:
+            best, name = 2 * largest, op.name
     return rematerialised + best, name
 
 
@@ -286,22 +263,22 @@ class _Segment:
     n_ops: int
 
 
-def _segment(ops: list[WalkOp], saved: list[int], remat: int) -> _Segment:
-    cum, best, name = 0, 0, ops[0].name if ops else ""
-    for op, sv in zip(ops, saved):
-        cand = cum + _op_fwd_transient(op) + sv
+def _segment(lk: LayerKernels, saved: list[int], remat: int) -> _Segment:
+    cum, best, name = 0, 0, lk.fwd[0].name if lk.fwd else ""
+    for op, tmp, sv in zip(lk.fwd, lk.temp, saved):
+        cand = cum + tmp + sv
         if cand > best:
             best, name = cand, op.name
         cum += sv
-    extra, bname = _bwd_working(ops, remat) if ops else (0, "")
-    return _Segment(int(cum), int(best), name, int(extra), bname, len(ops))
+    extra, bname = _bwd_working(lk, remat) if lk.fwd else (0, "")
+    return _Segment(int(cum), int(best), name, int(extra), bname, len(lk.fwd))
 
 
 def analyze_memory(model, plan, workload=None, *, options: MemoryOptions = MemoryOptions(),
-                   schedule: str | None = None) -> MemoryReport:
-    """Memory of every pipeline stage of `plan` (per rank). Uses `workload` saved_bytes when given."""
-    D = model_dims(model, plan)
-    cache = _WalkCache(model, plan, D)
+                   schedule: str | None = None, catalog: KernelCatalog | None = None) -> MemoryReport:
+    """Memory of every pipeline stage of `plan` (per rank). Uses `workload` saved_bytes when given.
+    `catalog`: the plan's KernelCatalog when the caller already has one (search)."""
+    cat = catalog or KernelCatalog(model, plan)
     assign = layer_assignment(model, plan)
     pp, vpp = plan.pp, max(1, plan.vpp)
     m = max(1, plan.num_microbatches)
@@ -310,38 +287,39 @@ def analyze_memory(model, plan, workload=None, *, options: MemoryOptions = Memor
             "none" if pp == 1 else ("interleaved" if vpp > 1 else "1f1b"))
     drop = dropped_components(plan, options)
     wl_acts = activations_from_workload(workload) if workload is not None else None
-    emb_ops = embedding_walk(model, plan, D)
-    out_ops = output_walk(model, plan, D)
+    emb, head = cat.embedding(), cat.head()
     stages: list[StageMemory] = []
     notes: list[str] = []
-    inp_bytes = layer_input_bytes(D)
+    inp_bytes = layer_input_bytes(cat.ctx)
     moe = model.num_experts > 0
     summaries: dict[tuple[bool, bool], _Segment] = {}
 
     def layer_summary(layer: int, full: bool) -> _Segment:
-        key = (moe and is_moe_layer(model, layer), full)
+        key = (moe and model.layer_is_moe(layer), full)
         seg = summaries.get(key)
         if seg is None:
-            w = cache.layer(layer)
+            lk = cat.layer(layer)
             if full:
-                saved = [inp_bytes if k == 0 else 0 for k in range(len(w.ops))]
-                remat = w.saved_bytes() - inp_bytes
+                # workload_gen.layers.full_recompute_saved: the first kernel keeps the layer input
+                saved = [inp_bytes if k == 0 else 0 for k in range(len(lk.fwd))]
+                remat = lk.saved_bytes() - inp_bytes
             else:
-                saved = [0 if o.component in drop else o.saved_bytes for o in w.ops]
-                remat = sum(o.saved_bytes for o in w.ops if o.component in drop)
-            seg = summaries[key] = _segment(w.ops, saved, remat)
+                saved = [lk.op_saved(i, drop) for i in range(len(lk.fwd))]
+                remat = lk.saved_bytes() - lk.saved_bytes(drop)
+            seg = summaries[key] = _segment(lk, saved, remat)
         return seg
 
-    emb_seg = _segment(emb_ops, [o.saved_bytes for o in emb_ops], 0)
-    out_seg = _segment(out_ops, [o.saved_bytes for o in out_ops], 0)
-    ce = out_ops[-1]
+    emb_seg = _segment(emb, [emb.op_saved(i) for i in range(len(emb.fwd))], 0)
+    out_seg = _segment(head, [head.op_saved(i) for i in range(len(head.fwd))], 0)
+    # the loss backward: a 16-bit logits gradient (the fp32 one is formed in place in the saved softmax)
+    ce_name, ce_grad = "cross_entropy", max(t for op, t in zip(head.fwd, head.temp) if op.kind == "cross_entropy")
     params_cache: dict[tuple, RankParamsLike] = {}
     for stage in range(pp):
         chunks = assign[stage]
         all_layers = tuple(x for c in chunks for x in c)
         # stages of identical composition hold identical parameter counts
         pkey = (stage == 0, stage == pp - 1,
-                tuple(is_moe_layer(model, x) for x in all_layers) if moe else len(all_layers))
+                tuple(model.layer_is_moe(x) for x in all_layers) if moe else len(all_layers))
         rp = params_cache.get(pkey)
         if rp is None:
             rp = params_cache[pkey] = rank_params(model, plan, stage)
@@ -364,14 +342,14 @@ def analyze_memory(model, plan, workload=None, *, options: MemoryOptions = Memor
             if wl_acts is not None:
                 # the workload's own accounting (generator's saved_bytes) replaces the walk's totals
                 wl = dict(wl_acts.get((stage, ci), {}))
-                # the generator's "selective" drops the attention core only: adjust to the chosen components
-                extra_drop = drop - {"attn_core"}
-                restore = {"attn_core"} - drop if plan.recompute == "selective" else set()
+                # the generator's "selective" drops SELECTIVE_DROP: adjust to the chosen components
+                extra_drop = drop - SELECTIVE_DROP
+                restore = SELECTIVE_DROP - drop if plan.recompute == "selective" else frozenset()
                 for layer in layers:
                     if (extra_drop or restore) and layer not in fulls:
-                        ops = cache.layer(layer).ops
-                        wl[layer] = (wl.get(layer, 0) - sum(o.saved_bytes for o in ops if o.component in extra_drop)
-                                     + sum(o.saved_bytes for o in ops if o.component in restore))
+                        lk = cat.layer(layer)
+                        wl[layer] = (wl.get(layer, 0) - (lk.saved_bytes() - lk.saved_bytes(extra_drop))
+                                     + (lk.saved_bytes() - lk.saved_bytes(restore)))
                     per_layer[layer] = wl.get(layer, 0)
                 total = sum(wl.values())
             else:
@@ -390,7 +368,7 @@ def analyze_memory(model, plan, workload=None, *, options: MemoryOptions = Memor
             # backward: the first layer backwarded is the chunk's last one (largest live set). The loss
             # backward forms the fp32 gradient in place in the saved softmax and casts it to a 16-bit
             # gradient of the logits: one logits-sized 16-bit tensor on top of the saved set.
-            bbest = (ce.transient_bytes, -1, ce.name) if last_chunk else (0, -1, "")
+            bbest = (ce_grad, -1, ce_name) if last_chunk else (0, -1, "")
             if layers:
                 sg = layer_summary(layers[-1], layers[-1] in fulls)
                 if sg.bwd_extra > bbest[0]:
@@ -399,7 +377,7 @@ def analyze_memory(model, plan, workload=None, *, options: MemoryOptions = Memor
         act_mb = sum(chunk_bytes)
         inflight = inflight_chunks(stage, pp, vpp, m, schedule)
         peak_act = sum(chunk_bytes[c] for c in inflight)
-        bufs = comm_buffers(model, plan, D, options)
+        bufs = comm_buffers(model, plan, cat.ctx, options)
         base = states.total_bytes + sum(bufs.values())
         # forward peak: during the last in-flight chunk-forward
         last_c = inflight[-1]
@@ -424,13 +402,13 @@ def analyze_memory(model, plan, workload=None, *, options: MemoryOptions = Memor
                                   len(inflight) / vpp, peak_act, fwd_peak, bwd_peak, bufs, peak_alloc,
                                   int(reserved), path, fpath, bpath))
     if wl_acts is not None:
-        notes.append("activations from the workload's ComputeOp.saved_bytes; transients from the op walk")
-    return MemoryReport(stages, options.cuda_context_bytes, "workload" if workload is not None else "opwalk",
+        notes.append("activations from the workload's ComputeOp.saved_bytes; transients from workload_gen.layers' units")
+    return MemoryReport(stages, options.cuda_context_bytes, "workload" if workload is not None else "layers",
                         notes)
 
 
-def comm_buffers(model, plan, D: Dims, options: MemoryOptions) -> dict[str, int]:
-    """Explicit communication-buffer terms of one rank (bytes)."""
+def comm_buffers(model, plan, c, options: MemoryOptions) -> dict[str, int]:
+    """Explicit communication-buffer terms of one rank (bytes); `c`: workload_gen.layers.Ctx."""
     out: dict[str, int] = {}
     groups = {"tp": plan.tp, "cp": plan.cp, "dp_cp": plan.dp * plan.cp, "pp": plan.pp,
               "ep": plan.ep if model.num_experts else 1, "etp": plan.expert_tp if model.num_experts else 1,
@@ -440,7 +418,7 @@ def comm_buffers(model, plan, D: Dims, options: MemoryOptions) -> dict[str, int]
         n_comm += 1  # model-parallel (grad-norm) communicator; embedding group on first/last stages
     out["nccl_buffers"] = n_comm * options.nccl_buffer_bytes_per_comm
     if plan.pp > 1:
-        out["pp_recv_buffers"] = 2 * 2 * (D.T // D.tsp) * D.h
+        out["pp_recv_buffers"] = 2 * c.ab * c.tokens_sp * c.h
     if plan.framework == "deepspeed" and plan.zero_stage >= 1:
         out["zero_reduce_bucket"] = 2 * plan.reduce_bucket_elements
         out["zero_allgather_bucket"] = 2 * plan.allgather_bucket_elements
@@ -448,7 +426,7 @@ def comm_buffers(model, plan, D: Dims, options: MemoryOptions) -> dict[str, int]
         # ZeRO-3 gathers a layer's full (TP-sharded) weights before use and prefetches the next one
         out["zero3_gathered_params"] = 2 * 2 * _largest_layer_params(model, plan)
     if plan.tp_comm_overlap and plan.tp > 1:
-        out["tp_overlap_userbuffers"] = 2 * 2 * D.T * D.h
+        out["tp_overlap_userbuffers"] = 2 * c.ab * c.tokens * c.h
     return out
 
 

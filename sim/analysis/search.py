@@ -67,6 +67,12 @@ class Candidate:
     exposed_comm_s: dict = field(default_factory=dict)
     bubble_s: float = math.nan
     flow_iteration_time_s: float = math.nan
+    # objectives (sim.analysis.objectives): kernel time per GPU (screen: slowest stage, recompute included),
+    # kernel GPU-seconds of the flow re-timing, and the failure-free $ and facility kWh per million tokens
+    compute_busy_s: float = math.nan
+    flow_gpu_busy_s: float = math.nan
+    usd_per_million_tokens: float = math.nan
+    kwh_per_million_tokens: float = math.nan
 
     @property
     def family(self) -> str:
@@ -240,7 +246,9 @@ def evaluate(ctx: _Ctx, plan, timers_cache: dict | None = None) -> Candidate:
         validate_plan(ctx.model, plan)
     except WorkloadError as exc:
         return Candidate(plan, False, f"invalid: {exc}")
-    mem = analyze_memory(ctx.model, plan, options=ctx.mem_options)
+    from sim.analysis.stagefacts import KernelCatalog
+    cat = KernelCatalog(ctx.model, plan, None if timers_cache is None else timers_cache.setdefault("units", {}))
+    mem = analyze_memory(ctx.model, plan, options=ctx.mem_options, catalog=cat)
     peak = mem.peak
     alloc, reserved = mem.peak_allocated_bytes, mem.peak_reserved_bytes
     used = reserved if ctx.use_reserved_memory else alloc
@@ -269,9 +277,10 @@ def evaluate(ctx: _Ctx, plan, timers_cache: dict | None = None) -> Candidate:
         backend, shared = timers_cache["backend"], timers_cache["comm"]
     ct = CommTimer(ctx.hw, plan, ctx.topology, backend=backend, shared_cache=shared)
     sel = ctx.mem_options.selective
-    est = estimate_step(ctx.model, plan, ctx.hw, timers=(kt, ct), selective=sel)
+    est = estimate_step(ctx.model, plan, ctx.hw, timers=(kt, ct), selective=sel, catalog=cat)
     u = utilisation(count_flops(ctx.model, plan, sel), est.iteration_time_s, plan.world_size, ctx.hw.peak_flops)
     c.iteration_time_s = est.iteration_time_s
+    c.compute_busy_s = est.compute_s + est.recompute_s
     c.mfu_6nd_with_attn, c.hfu, c.tokens_per_s_per_gpu = u["mfu_6nd_with_attn"], u["hfu"], u["tokens_per_s_per_gpu"]
     c.exposed_comm_s, c.bubble_s = dict(est.exposed_comm_s), est.bubble_s
     return c
@@ -386,7 +395,7 @@ def _confirm(result: SearchResult, model, topology, gpu: str, top_k: int, progre
     comm = mpi_comm()
     rank, size = (comm.Get_rank(), comm.Get_size()) if comm is not None else (0, 1)
     top = result.ranked[:top_k]
-    mine: dict[int, tuple[float, str]] = {}
+    mine: dict[int, tuple[float, str, float]] = {}
     for i, c in enumerate(top):
         if i % size != rank:
             continue   # under mpiexec the top-K plans are split over the ranks
@@ -396,13 +405,14 @@ def _confirm(result: SearchResult, model, topology, gpu: str, top_k: int, progre
         try:
             rep = simulate(generate(model, c.plan), topology, gpu=gpu, network="flow", db=db,
                            net_calibration=net_calibration)
-            mine[i] = (float(rep.iteration_time_s), "")
+            from sim.energy import gpu_busy_s
+            mine[i] = (float(rep.iteration_time_s), "", gpu_busy_s(rep, c.plan.world_size))
         except Exception as exc:  # noqa: BLE001 - recorded, the screening result stands
-            mine[i] = (math.nan, f"flow confirmation failed for {plan_label(c.plan)}: {exc}")
+            mine[i] = (math.nan, f"flow confirmation failed for {plan_label(c.plan)}: {exc}", math.nan)
     parts = comm.allgather(mine) if comm is not None else [mine]
     for part in parts:
-        for i, (t, note) in sorted(part.items()):
-            top[i].flow_iteration_time_s = t
+        for i, (t, note, busy) in sorted(part.items()):
+            top[i].flow_iteration_time_s, top[i].flow_gpu_busy_s = t, busy
             if note:
                 result.notes.append(note)
     result.confirm_method = "sim.simulate(network='flow')"
@@ -449,7 +459,8 @@ CSV_FIELDS = ("rank", "plan", "world_size", "tp", "sequence_parallel", "pp", "nu
               "framework", "distributed_optimizer", "zero_stage", "grad_reduce_dtype", "overlap_grad_reduce",
               "overlap_param_gather", "overlap_p2p_comm", "iteration_time_s", "flow_iteration_time_s", "mfu_6nd_with_attn", "hfu",
               "tokens_per_s_per_gpu", "bubble_s", "exposed_tp_s", "exposed_cp_s", "exposed_ep_s",
-              "exposed_dp_s", "exposed_pp_s", "peak_mem_bytes", "peak_mem_with_reserved_bytes", "peak_path")
+              "exposed_dp_s", "exposed_pp_s", "peak_mem_bytes", "peak_mem_with_reserved_bytes", "peak_path",
+              "usd_per_million_tokens", "kwh_per_million_tokens")
 
 
 def _row(i: int, c: Candidate) -> dict:
@@ -471,7 +482,9 @@ def _row(i: int, c: Candidate) -> dict:
             "tokens_per_s_per_gpu": f"{c.tokens_per_s_per_gpu:.2f}", "bubble_s": f"{c.bubble_s:.6g}",
             **{f"exposed_{k.lower()}_s": f"{e.get(k, 0.0):.6g}" for k in ("TP", "CP", "EP", "DP", "PP")},
             "peak_mem_bytes": c.peak_mem_bytes, "peak_mem_with_reserved_bytes": c.peak_mem_with_reserved_bytes,
-            "peak_path": c.peak_path}
+            "peak_path": c.peak_path,
+            **{k: "" if math.isnan(getattr(c, k)) else f"{getattr(c, k):.6g}"
+               for k in ("usd_per_million_tokens", "kwh_per_million_tokens")}}
 
 
 def write_ranked_csv(result: SearchResult, path: str) -> None:

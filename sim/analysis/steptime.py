@@ -1,12 +1,13 @@
 """Fast analytical step-time estimate for screening many plans (milliseconds per plan).
 
-Built from the same kernels as the simulator — the op walk's kernels (`opwalk.py`, the shapes
-workload_gen emits) timed by compute_db (`ComputeDB.lookup_many`) when a database is importable, else
+Built from the same kernels as the simulator — the ComputeOps workload_gen.layers emits for a layer
+(`stagefacts.KernelCatalog`, no Workload built), forward, backward (dgrad/wgrad) and recompute — timed by compute_db (`ComputeDB.lookup_many`) when a database is importable, else
 by a roofline with size-dependent GEMM efficiency — and from collective times of netsim's analytical
 backend (`estimate`) when a topology is given, else an alpha-beta model on the GPU's NVLink/NIC rates.
 Assembly (per micro-batch, bottleneck stage):
-- a layer's forward = its kernels + its blocking TP/EP collectives; CP K/V exchange hides behind the
-  attention kernel; backward = dgrad + wgrad + backward kernels + mirrored collectives + recompute;
+- a layer's forward = its kernels + its TP/EP/CP collectives (the non-blocking CP K/V ring exchange hides
+  behind the attention kernels); backward = its backward kernels + the forward's collectives mirrored
+  + recompute;
 - iteration = (m + (p − 1)/v) × (fwd + bwd of the slowest stage) + exposed pipeline p2p
   + exposed DP gradient reduction (what does not hide behind the last micro-batch's backward)
   + exposed parameter all-gather (distributed optimizer; hides behind the first forward) + optimizer step;
@@ -24,16 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from sim.analysis.opwalk import (
-    WalkOp,
-    embedding_walk,
-    is_moe_layer,
-    layer_walk,
-    model_dims,
-    output_walk,
-    recompute_group,
-)
-from sim.analysis.stagefacts import layer_assignment, rank_params
+from sim.analysis.stagefacts import KernelCatalog, layer_assignment, rank_params
 from sim.overheads import HOST_PER_KERNEL_S, KERNEL_GAP_S
 from workload_gen.dp_comm import grad_reduce_bytes, megatron_bucket_elements, shard_kernel_bytes
 
@@ -96,11 +88,9 @@ class KernelTimer:
         self.hw, self.db, self.gpu, self.dtype = hw, db, gpu_name or hw.name, dtype
         self._cache: dict[tuple, float] = {}
 
-    def _roofline(self, op: WalkOp, variant: str) -> float:
+    def _roofline(self, op) -> float:
         hw = self.hw
         flops, nbytes = op.flops, op.bytes
-        if variant == "bwd":
-            flops, nbytes = flops * op.bwd_factor, nbytes * op.bwd_factor
         if op.kind in ("gemm", "grouped_gemm", "attn_bmm"):
             dims = dict(op.shape)
             m, n, k = dims.get("m", 1), dims.get("n", 1), dims.get("k", 1)
@@ -114,36 +104,25 @@ class KernelTimer:
             tc = 0.0
         return max(tc, nbytes / (hw.hbm_Bps * HBM_EFF))
 
-    def time(self, op: WalkOp, variant: str = "fwd") -> float:
-        """Stream time of one kernel: max(kernel, host issue) + launch gap (sim.overheads)."""
-        key = (op.kind, op.shape, variant, op.causal)
+    def time(self, op) -> float:
+        """Stream time of one workload_gen ComputeOp: max(kernel, host issue) + launch gap (sim.overheads)."""
+        key = (op.kind, op.shape, op.variant, op.causal, op.dtype)
         t = self._cache.get(key)
         if t is None:
-            t = max(self._lookup(op, variant), HOST_PER_KERNEL_S) + KERNEL_GAP_S
+            t = max(self._lookup(op), HOST_PER_KERNEL_S) + KERNEL_GAP_S
             self._cache[key] = t
         return t
 
-    def _lookup(self, op: WalkOp, variant: str) -> float:
+    def _lookup(self, op) -> float:
         if self.db is not None:
             try:
-                from workload_gen.workload import ComputeOp
-                flops = op.flops if variant in ("fwd", "dgrad", "wgrad") else op.flops * op.bwd_factor
-                co = ComputeOp(op.name, op.kind, op.shape, self.dtype, flops, op.bytes, variant=variant,
-                               causal=op.causal)
-                return float(self.db.lookup(co, self.gpu).time_s)
+                return float(self.db.lookup(op, self.gpu).time_s)
             except Exception:  # noqa: BLE001 - any DB miss/shape issue falls back to the roofline
                 pass
-        if op.kind in ("gemm", "grouped_gemm") and variant in ("dgrad", "wgrad"):
-            return self._roofline(op, "fwd")
-        return self._roofline(op, variant)
+        return self._roofline(op)
 
-    def fwd(self, op: WalkOp) -> float:
-        return self.time(op, "fwd")
-
-    def bwd(self, op: WalkOp) -> float:
-        if op.kind in ("gemm", "grouped_gemm"):
-            return self.time(op, "dgrad") + self.time(op, "wgrad")
-        return self.time(op, "bwd")
+    def total(self, ops) -> float:
+        return sum(self.time(o) for o in ops)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -223,11 +202,29 @@ def make_analytical_backend(topology):
 
 
 # ------------------------------------------------------------------------------------------------
+def block_comm_times(comms, ct: CommTimer, plan, attn_s: float) -> dict[str, float]:
+    """Exposed seconds per report group (TP/CP/EP) of one block's CommOps: non-blocking CP exchanges
+    (ring attention's K/V) hide behind the attention kernels (`attn_s`); with TP comm overlap (TE
+    userbuffers) TP collectives are 80% hidden behind the GEMMs."""
+    out: dict[str, float] = {}
+    for op in comms:
+        t = ct.time(op.collective, op.group, op.size_bytes)
+        if op.group == "cp" and not op.blocking:
+            t = max(0.0, t - attn_s)
+        grp = {"tp": "TP", "etp": "TP", "cp": "CP", "ep": "EP"}.get(op.group, "TP")
+        if grp == "TP" and plan.tp_comm_overlap:
+            t *= 0.2
+        out[grp] = out.get(grp, 0.0) + t
+    return out
+
+
 def estimate_step(model, plan, hw: HardwareSpec, *, db=None, topology=None, selective=("attn",),
-                  timers: tuple[KernelTimer, CommTimer] | None = None) -> StepEstimate:
-    """Analytical iteration time of `plan` (see module docstring)."""
+                  timers: tuple[KernelTimer, CommTimer] | None = None,
+                  catalog: KernelCatalog | None = None) -> StepEstimate:
+    """Analytical iteration time of `plan` (see module docstring); `catalog`: the plan's KernelCatalog."""
     kt, ct = timers if timers is not None else (KernelTimer(hw, db, dtype=plan.dtype), CommTimer(hw, plan, topology))
-    D = model_dims(model, plan)
+    cat = catalog or KernelCatalog(model, plan)
+    c = cat.ctx
     assign = layer_assignment(model, plan)
     pp, vpp, m = plan.pp, max(1, plan.vpp), max(1, plan.num_microbatches)
     rec_groups = set(selective) if plan.recompute == "selective" else set()
@@ -235,35 +232,26 @@ def estimate_step(model, plan, hw: HardwareSpec, *, db=None, topology=None, sele
     layer_cache: dict[bool, tuple[float, float, float, float, dict[str, float], dict[str, float]]] = {}
 
     def layer_times(layer: int):
-        key = is_moe_layer(model, layer)
+        key = model.layer_is_moe(layer)
         if key in layer_cache:
             return layer_cache[key]
-        w = layer_walk(model, plan, layer, D)
-        f = sum(kt.fwd(o) for o in w.ops)
-        b = sum(kt.bwd(o) for o in w.ops)
-        attn_t = sum(kt.fwd(o) for o in w.ops if o.kind in ("flash_attn", "attn_bmm", "softmax"))
-        comm_f: dict[str, float] = {}
-        for c in w.comms:
-            t = ct.time(c.collective, c.group, c.size_bytes)
-            if c.overlappable_s_with:
-                t = max(0.0, t - attn_t)
-            grp = {"tp": "TP", "etp": "TP", "cp": "CP", "ep": "EP"}.get(c.group, "TP")
-            if grp == "TP" and plan.tp_comm_overlap:
-                t *= 0.2   # TP comm overlap hides most of it behind the GEMMs
-            comm_f[grp] = comm_f.get(grp, 0.0) + t
-        sel = sum(kt.fwd(o) for o in w.ops if recompute_group(o) in rec_groups) if rec_groups else 0.0
+        lk = cat.layer(layer)
+        f = kt.total(lk.fwd)
+        b = kt.total(lk.bwd)
+        attn_t = kt.total(o for o in lk.fwd if o.kind in ("flash_attn", "attn_bmm", "softmax"))
+        comm_f = block_comm_times(lk.fwd_comms, ct, plan, attn_t)
+        sel = kt.total(o for o, g in zip(lk.fwd, lk.group) if g in rec_groups) if rec_groups else 0.0
         # full recompute re-runs the forward including its collectives
         full_t = f + sum(comm_f.values())
         layer_cache[key] = (f, b, sel, full_t, comm_f, dict(comm_f))
         return layer_cache[key]
 
-    emb_f = sum(kt.fwd(o) for o in embedding_walk(model, plan, D))
-    emb_b = sum(kt.bwd(o) for o in embedding_walk(model, plan, D))
-    out_ops = output_walk(model, plan, D)
-    out_f = sum(kt.fwd(o) for o in out_ops)
-    out_b = sum(kt.bwd(o) for o in out_ops)
-    if plan.tp > 1:
-        out_f += ct.time("all_reduce", "tp", 4 * D.T * 3)   # vocab-parallel CE max/sum reductions
+    emb, head = cat.embedding(), cat.head()
+    emb_f = kt.total(emb.fwd) + sum(block_comm_times(emb.fwd_comms, ct, plan, 0.0).values())
+    emb_b = kt.total(emb.bwd) + sum(block_comm_times(emb.bwd_comms, ct, plan, 0.0).values())
+    # head: final norm, LM head (+ its SP all-gather), vocab-parallel cross-entropy and its all-reduces
+    out_f = kt.total(head.fwd) + sum(block_comm_times(head.fwd_comms, ct, plan, 0.0).values())
+    out_b = kt.total(head.bwd) + sum(block_comm_times(head.bwd_comms, ct, plan, 0.0).values())
 
     stage_f, stage_b, stage_comp, stage_rec = [], [], [], []
     comm_stage: list[dict[str, float]] = []
@@ -300,7 +288,7 @@ def estimate_step(model, plan, hw: HardwareSpec, *, db=None, topology=None, sele
     for k, v in comm_stage[slow].items():
         exposed[k] = exposed.get(k, 0.0) + v * m
     if pp > 1:
-        p2p = ct.time("send", "pp", 2 * (D.T // D.tsp) * D.h)
+        p2p = ct.time("send", "pp", c.ab * c.tokens_sp * c.h)     # the generator's pp_send_fwd message
         exposed["PP"] = 2 * p2p * (m + pp - 1)
 
     # data-parallel gradient reduction and parameter gather (bucketed, overlapped unless the plan says not)
@@ -336,7 +324,7 @@ def estimate_step(model, plan, hw: HardwareSpec, *, db=None, topology=None, sele
             t_ag = ct.time("all_gather", kind, 2 * n_params)
             dp_t += max(t_ag / buckets, t_ag - stage_f[slow]) if overlap_gather else t_ag
     if pp > 1 and model.tie_embeddings:
-        dp_t += ct.time("all_reduce", "embedding", gb * D.vocab // plan.tp * D.h)
+        dp_t += ct.time("all_reduce", "embedding", gb * c.vocab_rank * c.h)
     exposed["DP"] = dp_t
     shard = (rp.dense / (plan.dp * plan.cp) + rp.expert / max(1, plan.edp)) if dist else rp.total
     # dp_comm's optimizer-side kernels over the shard, zero_grad_buffer over every local parameter

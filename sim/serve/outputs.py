@@ -10,6 +10,7 @@ Files:
                         "X" slice per batch and stage with args batch id, size, request ids and tokens per
                         request; only the first `trace_cap` slices of the run are kept (otherData says so)
   cdf_ttft.png, cdf_tbt.png, cdf_e2e.png   empirical CDFs;  kv_usage.png   KV blocks in use over time
+  report.html           self-contained page: headline percentiles, latency CDFs, replica/request tables
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from sim.serve.metrics import (
 )
 
 SERVE_FILES = ("request_metrics.csv", "replica_metrics.csv", "batch_metrics.csv", "summary.json", "summary.txt",
-               "chrome_trace.json", "cdf_ttft.png", "cdf_tbt.png", "cdf_e2e.png", "kv_usage.png")
+               "chrome_trace.json", "cdf_ttft.png", "cdf_tbt.png", "cdf_e2e.png", "kv_usage.png", "report.html")
 
 
 def chrome_trace(res: ServeResult) -> dict:
@@ -176,6 +177,8 @@ def write_results(res: ServeResult, out_dir: str | Path, peak_flops_per_s: float
             _ecdf_plot(tmp / "cdf_e2e.png", df["request_e2e_time"].to_numpy(), None, "E2E latency (s)",
                        "End-to-end request latency")
             _kv_plot(tmp / "kv_usage.png", res)
+        from sim.html.serve_report import serve_html
+        (tmp / "report.html").write_text(serve_html(res, _clean(data), df, title), encoding="utf-8")
         if more is not None:
             more(tmp)
 

@@ -7,6 +7,7 @@
   pareto.png    QPS per dollar vs a latency at capacity, Pareto front marked
   summary.json  inputs, SLOs, counts, pruning reasons, probes made and reused, prices with their source
   summary.txt   the printed table
+  report.html   self-contained page: ranked deployments and the Pareto plot (sim.html.serve_report)
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from sim.serve.plan import ServingPlan
 from sim.serve.search import ConfigResult, Pruned, SearchOutcome, ServeSearchSpace
 from sim.serve.search_probes import Deployment, ProbeSetup
 
-SEARCH_FILES = ("results.csv", "pruned.csv", "pareto.png", "summary.json", "summary.txt")
+SEARCH_FILES = ("results.csv", "pruned.csv", "pareto.png", "summary.json", "summary.txt", "report.html")
 METRIC_COLUMNS = tuple(f"{s}_{m}_s" for m in METRICS for s in ("p50", "p90", "p99"))
 RESULT_COLUMNS = ("rank", "deployment", "kind", "gpu", "num_gpus", "replicas", "prefill_replicas",
                   "decode_replicas", "tp", "pp", "scheduler",
@@ -258,4 +259,7 @@ def write_outputs(outcome: SearchOutcome, setup: ProbeSetup, space: ServeSearchS
         (tmp / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
         (tmp / "summary.txt").write_text(table + "\n")
         write_pareto_png(outcome, tmp / "pareto.png", latency_key, title)
+        from sim.html.serve_report import serve_search_html
+        (tmp / "report.html").write_text(serve_search_html(outcome, rows, summary, latency_key, title),
+                                         encoding="utf-8")
     return atomic_dir(out, write, SEARCH_FILES)

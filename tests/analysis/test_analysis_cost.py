@@ -110,13 +110,13 @@ def test_screen_estimate_within_15pct_of_calibration_cases(case):
 
 
 def test_layer_matmul_flops_per_rank_match_megatron():
-    from sim.analysis.opwalk import layer_walk
+    from sim.analysis.stagefacts import KernelCatalog
     s, b, h, a, t = 2048, 2, 4096, 32, 4
     m = gpt(4, h, a, s=s)
     plan = ParallelPlan(world_size=t, tp=t, micro_batch_size=b, global_batch_size=b, seq_length=s,
                         flash_attention=False)
-    w = layer_walk(m, plan, 0)
-    mm = sum(o.flops for o in w.ops if o.kind in ("gemm", "attn_bmm"))
+    lk = KernelCatalog(m, plan).layer(0)
+    mm = sum(o.flops for o in lk.fwd if o.kind in ("gemm", "attn_bmm"))
     assert mm == (24 * b * s * h * h + 4 * b * s * s * h) // t     # forward, per rank
 
 

@@ -247,7 +247,7 @@ def test_workload_saved_bytes_match_formula_when_generator_present(s, b, h, a, t
         assert per_layer[1] == expected, (sp, rc, per_layer[1], expected)
 
 
-def test_workload_and_opwalk_agree_on_selective_component_choices():
+def test_workload_and_layer_units_agree_on_selective_component_choices():
     import workload_gen as wg
     s, b, h, a, t = 1024, 1, 2048, 16, 2
     model = gpt_layer_model(h, a, s)
@@ -272,7 +272,7 @@ def test_workload_and_opwalk_agree_on_selective_component_choices():
                        recompute_num_layers=2)),
 ])
 def test_search_op_walk_keeps_what_the_workload_keeps(name, kw):
-    """The search prunes with the op walk; `clustersim memory` uses the workload: same bytes per layer."""
+    """The search prunes with workload_gen.layers' units; `clustersim memory` uses the workload: same bytes."""
     from workload_gen import generate
     from workload_gen.zoo import get_model
     m = get_model(name)

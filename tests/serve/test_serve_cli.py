@@ -34,7 +34,7 @@ def test_builtin_example(tmp_path, capsys):
     assert cap.err.splitlines()[0].startswith("clustersim serve: built-in example — Llama-3-8B on 1 x H100")
     assert sorted(p.name for p in out.iterdir()) == sorted(
         ["request_metrics.csv", "replica_metrics.csv", "summary.json", "summary.txt", "chrome_trace.json",
-         "cdf_ttft.png", "cdf_tbt.png", "cdf_e2e.png", "kv_usage.png"])
+         "cdf_ttft.png", "cdf_tbt.png", "cdf_e2e.png", "kv_usage.png", "report.html"])
     with open(out / "request_metrics.csv", newline="") as fh:
         header = next(csv.reader(fh))
     assert header[0] == "Request Id" and header[1:21] == VIDUR_COLUMNS

@@ -277,8 +277,8 @@ def test_cli_outputs_and_comparison(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "disaggregated vs colocated on the same 2 GPUs (colocated: 2 x tp 1 pp 1 sarathi)" in text
     assert "KV transfer               whole:" in text
-    assert sorted(p.name for p in out.iterdir()) == ["kv_transfers.csv", "replica_metrics.csv", "request_metrics.csv",
-                                                     "summary.json", "summary.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["kv_transfers.csv", "replica_metrics.csv", "report.html",
+                                                     "request_metrics.csv", "summary.json", "summary.txt"]
     with open(out / "kv_transfers.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert list(rows[0]) == ["request_id", "bytes", "src_gpu", "dst_gpu", "start_s", "end_s"]

@@ -195,8 +195,8 @@ def searched(tmp_path_factory):
 
 def test_spelling_outputs_and_columns(searched):
     out = searched
-    assert sorted(p.name for p in out.iterdir()) == ["pareto.png", "pruned.csv", "results.csv", "summary.json",
-                                                     "summary.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["pareto.png", "pruned.csv", "report.html", "results.csv",
+                                                     "summary.json", "summary.txt"]
     assert _header(out / "results.csv") == RESULT_COLUMNS
     assert ",".join(_header(out / "pruned.csv")) == PRUNED_COLUMNS
     rows = _rows(out / "results.csv")

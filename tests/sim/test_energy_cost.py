@@ -3,6 +3,7 @@ energy to train; the power table; `clustersim run --train-tokens`."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 
@@ -152,3 +153,97 @@ def test_run_training_flag_errors(flags, message, capsys):
     assert main(["run", *SMALL, "-o", "-", *flags]) == 2
     err = capsys.readouterr().err
     assert "clustersim: error:" in err and message in err and "Traceback" not in err
+
+
+# ------------------------------------------------------------------------------------------- switch share
+def test_switch_charged_by_its_ports_in_use(tmp_path):
+    """switch_ports: a switch costs min(1, cables / ports) of its power; without it, whole switches."""
+    (tmp_path / "p.yaml").write_text(POWER + "switch_ports: 64\n")
+    table = load_power_table(tmp_path / "p.yaml")
+    counts = ComponentCounts(gpu=4, nic=4, switch=3, server=1, switch_ports_used=(80, 16, 8))
+    from sim.energy import energy_from_busy
+    e = energy_from_busy(2.0, 4.0, 4, table.gpu("H100"), table, counts)
+    assert e.switches_charged == pytest.approx(1 + 0.25 + 0.125)
+    assert e.switch_j == pytest.approx(1.375 * 1000 * 2.0)
+    no_ports = _tables(tmp_path)[0]
+    whole = energy_from_busy(2.0, 4.0, 4, no_ports.gpu("H100"), no_ports, counts)
+    assert whole.switches_charged == 3 and whole.switch_j == pytest.approx(3 * 1000 * 2.0)
+    (tmp_path / "bad.yaml").write_text(POWER + "switch_ports: 0\n")
+    with pytest.raises(SimError, match="switch_ports: must be a whole number of ports >= 1"):
+        load_power_table(tmp_path / "bad.yaml")
+
+
+def test_component_counts_give_the_cables_of_each_switch(small):
+    """SimAI's Spectrum-X template for 8 GPUs: 8 rail leaves, each with 1 GPU port and 64 spine uplinks;
+    64 spines, each cabled to the 8 leaves."""
+    _, topo = small
+    used = component_counts(topo, 8).switch_ports_used
+    assert sorted(used) == [8] * 64 + [65] * 8
+    assert load_power_table().switch_ports == 64
+
+
+# ------------------------------------------------------------------------------------------- --gpu-file aliases
+def test_gpu_file_alias_finds_price_and_power_rows(tmp_path, capsys):
+    """A GPU of a --gpu-file is priced (and powered) through its aliases."""
+    from compute_db.gpus import load_gpu_file
+    from sim.pricing import price_per_gpu_hour
+    gpu_file = tmp_path / "gpus.yaml"
+    gpu_file.write_text("gpus:\n  LABGPU:\n    aliases: [LabGPU-SXM]\n    peak_tflops: {bf16: 500}\n"
+                        "    hbm_GiB: 96\n    hbm_GBps: 2000\n    nvlink_GBps: 300\n    nic_Gbps: 400\n"
+                        "    similar_to: [H100]\n")
+    prices = tmp_path / "c.yaml"
+    prices.write_text("prices:\n  LabGPU-SXM: {usd_per_gpu_hour: 2.5, source: lab quote, date: 2025-05}\n")
+    power = tmp_path / "p.yaml"
+    power.write_text(POWER.replace("H100:", "LabGPU-SXM:"))
+    extra = load_gpu_file(gpu_file)
+    with pytest.raises(SimError, match="no price for GPU 'LABGPU'"):
+        price_per_gpu_hour("LABGPU", prices)                 # without the GPU file the alias is unknown
+    assert price_per_gpu_hour("LABGPU", prices, extra) == 2.5
+    assert load_power_table(power).gpu("labgpu", extra).busy_w == 1000
+    args = ["run", "-m", "llama3-8b", "--tp", "1", "--dp", "1", "--global-batch", "1", "--seq-length", "1024",
+            "--gpu", "LABGPU", "--gpu-file", str(gpu_file), "--price-file", str(prices), "--power-file", str(power),
+            "-n", "analytical", "-q", "-o", "-", "--json"]
+    assert main(args) == 0                                   # run passes its --gpu-file to the lookups
+    tr = json.loads(capsys.readouterr().out)["training"]
+    assert tr["usd_per_gpu_hour"] == 2.5 and tr["price_source"].endswith("LabGPU-SXM (lab quote, 2025-05)")
+
+
+# ------------------------------------------------------------------------------------------- compare / sweep
+def test_compare_cost_energy_columns_by_hand(tmp_path, capsys):
+    (tmp_path / "c.yaml").write_text(PRICES)
+    out = tmp_path / "cmp"
+    args = ["compare", *SMALL[:-2], "--fabric", "spectrum-x", "--fabric", "dcn+", "-n", "analytical",
+            "--price-file", str(tmp_path / "c.yaml"), "--train-tokens", "1e9", "-o", str(out)]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "$/Mtok" in text and "kWh/Mtok" in text and "$ to train" in text
+    with open(out / "compare.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0])[-1] == "error" and "usd_to_train" in rows[0]
+    entries = json.loads((out / "compare.json").read_text())
+    iters = math.ceil(1e9 / (4 * 1024))
+    for row, entry in zip(rows, entries):
+        t = float(row["iteration_time_s"])
+        assert float(row["iteration_usd"]) == pytest.approx(16 * 3.6 * t / 3600, rel=1e-5)
+        assert int(row["iterations_to_train"]) == iters
+        g = float(row["goodput"])
+        assert float(row["usd_to_train"]) == pytest.approx(16 * 3.6 * iters * t / g / 3600, rel=1e-4)
+        tr = entry["training"]
+        assert tr["iteration_usd"] == pytest.approx(float(row["iteration_usd"]), rel=1e-5)
+        # energy from the entry's own timeline: busy = stage compute x its ranks, idle the rest
+        T, stages = entry["iteration_time_s"], entry["stages"]
+        busy = sum(min(s["compute_s"], T) for s in stages) * 16 / len(stages)
+        assert tr["iteration_energy"]["gpu_busy_s"] == pytest.approx(busy, rel=1e-9)
+        assert tr["iteration_energy"]["gpu_idle_s"] == pytest.approx(16 * T - busy, rel=1e-9)
+
+
+def test_sweep_cost_energy_columns(tmp_path):
+    out = tmp_path / "sweep.csv"
+    args = ["sweep", "-m", "aicb-7", "--dp", "2", "--global-batch", "4", "--seq-length", "1024", "--sp",
+            "-n", "analytical", "--grid", "tp=4,3", "--pp", "2", "-j", "1", "--cost-energy", "-o", str(out)]
+    assert main(args) == 0
+    with open(out) as f:
+        ok, bad = list(csv.DictReader(f))
+    assert list(ok)[-1] == "error" and bad["error"] and bad["iteration_usd"] == ""      # tp=3 does not divide
+    assert float(ok["iteration_usd"]) == pytest.approx(16 * 4.25 * float(ok["iteration_time_s"]) / 3600, rel=1e-5)
+    assert float(ok["iteration_facility_j"]) > 0 and "usd_to_train" not in ok

@@ -21,7 +21,8 @@ def test_run_small_writes_all_outputs(tmp_path, capsys):
     out = tmp_path / "res"
     assert main(["run", *SMALL, "-o", str(out), "--name", "t"]) == 0
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["EndToEnd.csv", "breakdown.png", "summary.json", "summary.txt", "timeline.png", "trace.json"]
+    assert names == ["EndToEnd.csv", "breakdown.png", "report.html", "summary.json", "summary.txt", "timeline.png",
+                     "trace.json"]
     summary = json.loads((out / "summary.json").read_text())
     T = summary["iteration_time_s"]
     parts = (summary["compute_s"] + summary["bubble_s"] + sum(summary["exposed_comm_s"].values())
@@ -36,7 +37,8 @@ def test_run_small_writes_all_outputs(tmp_path, capsys):
     assert lines[2] == "layer_name,t," + LAYER_HEADER_TAIL
     trace = json.loads((out / "trace.json").read_text())
     procs = [e for e in trace["traceEvents"] if e.get("name") == "process_name"]
-    assert [p["pid"] for p in procs] == [0, 8]          # one representative rank per stage
+    assert [p["pid"] for p in procs] == [0, 8, 16]      # one representative rank per stage, then the links
+    assert trace["otherData"]["link_counters"]["pid"] == 16
     assert any(e.get("ph") == "X" and e["cat"] == "comm" for e in trace["traceEvents"])
     assert (out / "breakdown.png").read_bytes()[:4] == b"\x89PNG"
     assert "iteration time" in capsys.readouterr().out

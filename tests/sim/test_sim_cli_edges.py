@@ -36,7 +36,7 @@ def test_previous_results_directory_is_replaced(tmp_path):
     out = tmp_path / "res"
     assert main(["run", *SMALL, "-o", str(out)]) == 0
     assert main(["run", *SMALL, "-o", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["EndToEnd.csv", "summary.json", "summary.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["EndToEnd.csv", "report.html", "summary.json", "summary.txt"]
     # compare does not replace a run's results (nor run a compare's)
     assert main(["compare", *SMALL[:-2], "-t", "spectrum-x", "-o", str(out)]) == 2
     assert (out / "summary.json").exists()

@@ -54,8 +54,8 @@ def test_every_pipeline_send_has_a_flow_arrow_to_its_receive(trace, rep):
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
     sends = [e for e in ev if e["ph"] == "X" and threads[(e["pid"], e["tid"])] in ("comm:pp_next", "comm:pp_prev")]
     assert len(sends) == 16                     # 8 micro-batches x (activation 0->1 + gradient 1->0)
-    starts = {(e["pid"], e["tid"], e["ts"]): e["id"] for e in ev if e["ph"] == "s"}
-    finishes = {e["id"]: e for e in ev if e["ph"] == "f"}
+    starts = {(e["pid"], e["tid"], e["ts"]): e["id"] for e in ev if e["ph"] == "s" and e["cat"] == "pp_flow"}
+    finishes = {e["id"]: e for e in ev if e["ph"] == "f" and e["cat"] == "pp_flow"}
     assert len(starts) == len(finishes) == 16 == trace["otherData"]["pipeline_flows"]
     recvs = {(e["pid"], e["tid"], e["ts"]): e for e in ev if e["ph"] == "X" and e["name"].startswith("recv ")}
     for s in sends:
@@ -68,8 +68,9 @@ def test_every_pipeline_send_has_a_flow_arrow_to_its_receive(trace, rep):
 
 def test_trace_ranks_selects_stages(rep):
     only = chrome_trace(rep, [17, 20])            # ranks 16..31 are stage 1 (PP outermost)
+    counters = only["otherData"]["link_counters"]["pid"]       # the network's process (pid = world size)
     pids = {e["pid"] for e in only["traceEvents"]}
-    assert pids == {16}
+    assert pids == {16, counters} and counters == 32
     assert only["otherData"]["stages_shown"] == [1] and only["otherData"]["pipeline_flows"] == 0
     name = next(e["args"]["name"] for e in only["traceEvents"] if e["name"] == "process_name")
     assert name == "rank 16 (stage 1, GPU 16); stands for rank(s) 17, 20 of the stage"

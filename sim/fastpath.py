@@ -1,0 +1,597 @@
+"""Iteration on a contention-free backend without the event loop (sim.engine's arithmetic twin).
+
+On the analytical backend every collective takes its idle-network time (backend.estimate), so every
+time in an iteration is a max/plus expression of kernel durations and collective times: a stage's
+clock only waits for pipeline data, its own collectives and the rendezvous of cross-stage ones. This
+module replays each stage's program (sim.schedule tasks, the same op lists as sim.engine) as plain
+arithmetic: stages run one after the other until they need data another stage has not produced yet,
+then resume when it has. No heap, no per-op events, no closures. Collective times come from the
+engine's own group selection and estimate cache (one estimate per (kind, stage, collective, size)).
+
+Modelled exactly as sim.engine (identical results, tests/sim/test_fastpath.py): compute stream,
+one FIFO stream per group kind, blocking / non-blocking ops and their wait points, deferred
+gradient reductions, pipeline sends on the pp_next / pp_prev streams, cross-stage rendezvous (mp,
+embedding), the host model of sim.overheads (launch gaps, host issue, .item() and batched-p2p
+synchronisations), the per-stage split (compute, exposed per group, overhead, bubble), the stage-0
+per-layer rows and the communication log. The log's order differs (stage by stage instead of by
+event time); the rows are the same.
+
+Also modelled: the overlap-contention model (sim.contention: a kernel's end is computed piecewise
+between the starts and ends of its rank's communication, as the engine does for arithmetically timed
+communication) and the trace entries (same tuples; their order is stage by stage).
+Not handled (applies() says why; sim.simulation then runs the event engine): a backend with
+contention (flow), stragglers. A kernel that runs while a cross-stage collective of its rank waits
+for a rendezvous that depends on later pipeline progress cannot be ordered arithmetically: run_fast
+then returns None and the event engine runs the iteration.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+from contextlib import contextmanager
+
+from netsim.api import CollectiveRequest
+from sim.engine import _CROSS_STAGE, EngineResult, Handle, StageStats, column_of, report_group
+from sim.errors import SimError
+from sim.schedule import stage_tasks
+from workload_gen.workload import CommOp
+
+
+def applies(eng) -> str | None:
+    """None when the fast path reproduces `eng.run()`; else why the event engine is needed."""
+    if not getattr(eng, "contention_free", False):
+        return "the network backend has contention (events decide who shares a link)"
+    if any(f != 1.0 for f in getattr(eng, "stage_factors", ())):
+        return "stragglers slow some stages"
+    return None
+
+
+class _NeedsEvents(Exception):
+    """The arithmetic order cannot resolve this workload; the event engine must run it."""
+
+
+class _Rec:
+    """An arithmetically timed collective of a stage representative (the fields of sim.engine.Handle
+    that waits, the contention model and StepReport.collectives read)."""
+
+    __slots__ = ("kind", "name", "op", "stage", "collective", "size_bytes", "group_size", "start_s", "done_s",
+                 "exposed_s", "fp")
+    fast = True
+    done = True
+    peer_stage = -1
+    rdv_s = math.nan
+
+    def __init__(self, kind, name, op, stage, collective, size_bytes, group_size, start_s, done_s) -> None:
+        self.kind = kind
+        self.name = name
+        self.op = op
+        self.stage = stage
+        self.collective = collective
+        self.size_bytes = size_bytes
+        self.group_size = group_size
+        self.start_s = start_s
+        self.done_s = done_s
+        self.exposed_s = 0.0
+        self.fp = None
+
+
+class _Stage:
+    """Arithmetic state of one stage's representative rank."""
+
+    __slots__ = ("stage", "prog", "segments", "stats", "clock", "host", "fast_free", "stream_free",
+                 "deferred", "sent", "sent_handles", "rdv_counts", "record", "seg_cache", "gen", "xqueue",
+                 "xbusy", "live", "opinfo")
+
+    def __init__(self, stage: int, prog, tasks) -> None:
+        self.stage = stage
+        self.prog = prog
+        self.segments = [("start", -1, -1)] + [(d, c, mb) for c, mb, d in tasks] + [("end", -1, -1)]
+        self.stats = StageStats()
+        self.clock = 0.0
+        self.host = 0.0
+        self.fast_free: dict[str, float] = {}      # intra-stage kind -> end of its last collective
+        self.stream_free: dict[str, float] = {}    # pp_next / pp_prev -> the stream is free at
+        self.deferred: list = []
+        self.sent = False
+        self.sent_handles: list = []
+        self.rdv_counts: dict = {}
+        self.record = stage == 0
+        self.seg_cache: dict = {}
+        self.gen = None
+        self.xqueue: dict = {}     # cross-stage kind -> [(handle, rendezvous key, issue time)] not yet started
+        self.xbusy: dict = {}      # cross-stage kind -> handle its stream runs (or ran last)
+        self.live: list = []       # contention model: handles with a footprint, maybe still in flight
+        self.opinfo: dict = {}     # id(CommOp) -> (time, group size, footprint) on this stage
+
+
+class FastRun:
+    """Runs one iteration of `eng` (a sim.engine.Engine, not started) arithmetically."""
+
+    def __init__(self, eng) -> None:
+        self.eng = eng
+        self.avail: dict = {}        # ("act"|"grad", virtual stage, mb) -> Handle (done_s known when .done)
+        self.rdv: dict = {}          # (kind, name, n) -> [arrived handles]
+        self.waiting: dict = {}      # id(handle) -> stages parked until its done time is known
+        self.ready: list = []
+        self.parked_on_comm = 0      # stages waiting for a cross-stage collective's start (contention)
+        self.trace: list | None = [] if eng.tracing else None   # engine trace entries (sim.engine format)
+        self.log: list = []          # every communication operation, stage by stage (eng.comm_log)
+        self.rows_of: dict = {}      # id(cross-stage handle of stage 0) -> its per-layer (row, column)
+
+    # ---------------- helpers shared with the engine's rules ----------------
+    def _est(self, key, groups, op) -> float:
+        eng = self.eng
+        est = eng._est_cache.get(key)
+        if est is None:
+            est = max((float(eng.net.estimate(CollectiveRequest(op.collective, g, int(op.size_bytes),
+                                                                tag=f"{op.group}:{op.name}")))
+                       for g in groups if len(g) > 1), default=0.0)
+            eng._est_cache[key] = est
+        return est
+
+    def _known(self, h: Handle) -> None:
+        """h's done time is now known: wake the stages waiting for it."""
+        h.done = True
+        for st in self.waiting.pop(id(h), ()):
+            self.ready.append(st)
+
+    def _segment_ops(self, st: _Stage, seg):
+        d, c, mb = seg
+        eng = self.eng
+        m = eng.m
+        key = (d, c, mb == 0, mb == m - 1)
+        hit = st.seg_cache.get(key)
+        if hit is not None:
+            return hit
+        if d == "start":
+            ops = list(st.prog.iteration_start)
+        elif d == "end":
+            ops = list(st.prog.iteration_end)
+        else:
+            chunk = st.prog.chunks[c]
+            src = chunk.forward if d == "fwd" else chunk.backward
+            ops = [op for op in src if op.microbatch == "all" or (op.microbatch == "first" and mb == 0)
+                   or (op.microbatch == "last" and mb == m - 1)]
+        durs = [0.0 if op.is_comm else float(eng.op_time_s(op)) for op in ops]
+        rows = [(eng.row_key(op), column_of(op)) for op in ops] if st.record else None
+        explicit = any(op.is_comm and op.group == "pp" for op in ops)
+        hit = (ops, durs, rows, explicit)
+        st.seg_cache[key] = hit
+        return hit
+
+    def _needs(self, st: _Stage, seg) -> Handle | None:
+        d, c, mb = seg
+        if d not in ("fwd", "bwd"):
+            return None
+        eng = self.eng
+        vs = c * eng.p + st.stage
+        if d == "fwd" and vs > 0:
+            return self.avail.setdefault(("act", vs, mb), Handle(kind="pp", name=f"act vs{vs} mb{mb}"))
+        if d == "bwd" and vs < eng.p * eng.v - 1:
+            return self.avail.setdefault(("grad", vs, mb), Handle(kind="pp", name=f"grad vs{vs} mb{mb}"))
+        return None
+
+    def _sends_allowed(self, st: _Stage, seg) -> bool:
+        d, c, _ = seg
+        vs = c * self.eng.p + st.stage
+        return (d == "fwd" and vs < self.eng.p * self.eng.v - 1) or (d == "bwd" and vs > 0)
+
+    # ---------------- waits ----------------
+    def _fast_wait(self, st: _Stage, h: Handle) -> None:
+        dt = h.done_s - st.clock
+        if dt <= 0:
+            return
+        stats = st.stats
+        stats.exposed_s[report_group(h.kind)] += dt
+        stats.exposed_kind_s[h.kind] = stats.exposed_kind_s.get(h.kind, 0.0) + dt
+        h.exposed_s += dt
+        if st.record and h.op is not None:
+            self.eng.layers[self.eng.row_key(h.op)].exposed_s[column_of(h.op)] += dt
+        if self.trace is not None:
+            self.trace.append((st.stage, "compute", f"wait {h.name}", st.clock, dt, "wait", h))
+        st.clock = h.done_s
+
+    def _event_wait(self, st: _Stage, h: Handle, what):
+        """Wait for an event-timed handle (pipeline data, pipeline send, cross-stage collective);
+        a generator: parks the stage until h's done time is known."""
+        while not h.done:
+            self.waiting.setdefault(id(h), []).append(st)
+            yield
+        t0 = st.clock
+        if h.done_s <= t0:
+            return
+        dt = h.done_s - t0
+        stats = st.stats
+        kind, _h, op = what
+        if kind == "PP":
+            inflight = max(0.0, h.done_s - max(t0, h.start_s)) if h.start_s == h.start_s else 0.0
+            inflight = min(inflight, dt)
+            stats.exposed_s["PP"] += inflight
+            h.exposed_s += inflight
+            stats.exposed_kind_s["pp"] = stats.exposed_kind_s.get("pp", 0.0) + inflight
+            stats.bubble_s += dt - inflight
+            if hasattr(stats, "pp_wait_s"):
+                stats.pp_wait_s += dt
+            if self.trace is not None:
+                self.trace.append((st.stage, "compute", "wait pipeline", t0, dt, "wait", h))
+        else:
+            early = min(max(0.0, h.rdv_s - t0), dt) if h.rdv_s == h.rdv_s else 0.0
+            stats.bubble_s += early
+            dt -= early
+            stats.exposed_s[kind] += dt
+            stats.exposed_kind_s[h.kind] = stats.exposed_kind_s.get(h.kind, 0.0) + dt
+            h.exposed_s += dt
+            op = h.op if h.op is not None else op
+            if op is not None and st.record:
+                self.eng.layers[self.eng.row_key(op)].exposed_s[column_of(op)] += dt
+            if self.trace is not None and dt > 0:
+                self.trace.append((st.stage, "compute", f"wait {h.name}", t0, dt, "wait", h))
+        st.clock = h.done_s
+
+    def _wait(self, st: _Stage, h: Handle, what):
+        if h.fast:
+            self._fast_wait(st, h)
+            return
+        yield from self._event_wait(st, h, what)
+
+    # ---------------- communication ----------------
+    def _op_info(self, st: _Stage, op) -> tuple:
+        """(time, group size, contention footprint) of an intra-stage collective of this stage."""
+        eng = self.eng
+        groups = eng._groups_for(op.group, st.stage)
+        est = self._est((op.group, st.stage, op.collective, int(op.size_bytes)), groups, op)
+        fp = eng.footprint(st.stage, op, groups, est) if eng.contention is not None else None
+        info = (est, len(groups[0]) if groups else 1, fp)
+        st.opinfo[id(op)] = info
+        return info
+
+    def _issue_fast(self, st: _Stage, op, rc) -> _Rec:
+        info = st.opinfo.get(id(op)) or self._op_info(st, op)
+        est = info[0]
+        group = op.group
+        start = st.fast_free.get(group, 0.0)
+        if start < st.clock:
+            start = st.clock
+        done = start + est
+        st.fast_free[group] = done
+        h = _Rec(group, op.name, op, st.stage, op.collective, int(op.size_bytes), info[1], start, done)
+        self.log.append(h)
+        if info[2] is not None:
+            h.fp = info[2]
+            st.live.append(h)
+        if rc is not None:
+            row, col = rc
+            ls = self.eng.layers[row]
+            ls.comm_s[col] += est
+            ls.comm_bytes[col] += op.size_bytes
+            ls.comm_kind[col] = (op.collective, info[1])
+        if self.trace is not None:
+            self.trace.append((st.stage, f"comm:{group}", op.name, start, est, "comm", h))
+        return h
+
+    def _issue_cross(self, st: _Stage, op, rc) -> Handle:
+        """A cross-stage collective: queued on its kind's stream of the stage; it starts when every
+        participant's stream has reached it (the rendezvous)."""
+        eng = self.eng
+        my_groups = eng._groups_for(op.group, st.stage)
+        h = Handle(kind=op.group, name=op.name, op=op, stage=st.stage, collective=op.collective,
+                   size_bytes=int(op.size_bytes), group_size=len(my_groups[0]) if my_groups else 1)
+        self.log.append(h)
+        h.owner = st
+        if eng.contention is not None:
+            h.fp = eng.footprint(st.stage, op, my_groups)
+            st.live.append(h)
+        if st.record:
+            self.rows_of[id(h)] = rc
+        ck = (op.group, op.name)
+        n = st.rdv_counts.get(ck, 0)
+        st.rdv_counts[ck] = n + 1
+        st.xqueue.setdefault(op.group, []).append((h, (op.group, op.name, n), st.clock))
+        self._x_advance(st, op.group)
+        return h
+
+    def _x_advance(self, st: _Stage, group: str) -> None:
+        """Move the head of a cross-stage stream's queue to its rendezvous once the stream is free."""
+        queue = st.xqueue.get(group)
+        while queue:
+            busy = st.xbusy.get(group)
+            if busy is not None and not busy.done:
+                return
+            h, rkey, t_issue = queue.pop(0)
+            st.xbusy[group] = h
+            arrival = max(t_issue, busy.done_s) if busy is not None else t_issue
+            arrived = self.rdv.setdefault(rkey, [])
+            arrived.append((h, arrival))
+            eng = self.eng
+            need = eng.p if group == "mp" else len({0, eng.p - 1})
+            if len(arrived) < need:
+                return
+            t = max(a for _, a in arrived)
+            op = h.op
+            est = self._est(("x", group, op.collective, int(op.size_bytes)), eng._groups_for(group, st.stage), op)
+            eng.bypassed += 1
+            for x, _ in arrived:
+                x.start_s = x.rdv_s = t
+                x.done_s = t + est
+                rc = self.rows_of.pop(id(x), None)
+                if rc is not None:
+                    row, col = rc
+                    ls = eng.layers[row]
+                    ls.comm_s[col] += x.done_s - x.start_s
+                    ls.comm_bytes[col] += x.op.size_bytes
+                    ls.comm_kind[col] = (x.op.collective, len(eng._groups_for(group, x.owner.stage)[0]))
+                if self.trace is not None:
+                    self.trace.append((x.stage, f"comm:{group}", x.name, x.start_s, x.done_s - x.start_s, "comm", x))
+                self._known(x)
+            for x, _ in arrived:
+                owner, x.owner = x.owner, None
+                if owner is not st:
+                    self._x_advance(owner, group)
+
+    def _send(self, st: _Stage, direction: str, c: int, mb: int, size: int | None = None) -> None:
+        eng = self.eng
+        p = eng.p
+        vs = c * p + st.stage
+        if direction == "fwd":
+            dst_vs = vs + 1
+            size = int(st.prog.pp_send_bytes) if size is None else size
+            key = ("act", dst_vs, mb)
+            stream = "pp_next"
+        else:
+            dst_vs = vs - 1
+            size = int(eng.w.stages[dst_vs % p].pp_send_bytes) if size is None else size
+            key = ("grad", dst_vs, mb)
+            stream = "pp_prev"
+        dst_stage = dst_vs % p
+        h = self.avail.setdefault(key, Handle(kind="pp", name=f"{key[0]} vs{dst_vs} mb{mb}"))
+        now = st.clock
+        if size <= 0 or dst_stage == st.stage:
+            h.start_s = h.done_s = now
+            self._known(h)
+            return
+        pairs = eng._pp_pairs(st.stage, dst_stage)
+        st.sent = True
+        h.stage, h.peer_stage, h.collective = st.stage, dst_stage, "send"
+        h.size_bytes, h.group_size = size, 2
+        self.log.append(h)
+        if eng.host is not None and eng.host.sync_on_pipeline_p2p:
+            st.sent_handles.append(h)
+        if eng.contention is not None:
+            h.fp = eng.footprint(st.stage, CommOp(h.name, "send", "pp", size), pairs)
+            st.live.append(h)
+        key = ("pp", st.stage, dst_stage, size)
+        est = eng._est_cache.get(key)
+        if est is None:
+            est = max((float(eng.net.estimate(CollectiveRequest("send", pair, size, tag=f"pp:{h.name}")))
+                       for pair in pairs), default=0.0)
+            eng._est_cache[key] = est
+        eng.bypassed += 1
+        h.start_s = max(now, st.stream_free.get(stream, 0.0))
+        h.done_s = h.start_s + est
+        st.stream_free[stream] = h.done_s
+        if self.trace is not None:
+            self.trace.append((st.stage, f"comm:{stream}", h.name, h.start_s, est, "comm", h))
+        self._known(h)
+
+    def _kernel_end(self, st: _Stage, op, t0: float, work: float) -> float:
+        """End of a kernel of `work` seconds (alone) started at t0 beside this rank's communication:
+        piecewise constant slowdown (sim.contention) between the starts and ends of its collectives."""
+        cm = self.eng.contention
+        live = [h for h in st.live if not h.done_s <= t0]
+        st.live = live
+        t = t0
+        while True:
+            fps = []
+            nxt = math.inf
+            for h in live:
+                if h.start_s <= t < h.done_s:
+                    fps.append(h.fp)
+                    if h.done_s < nxt:
+                        nxt = h.done_s
+                elif h.start_s > t and h.start_s < nxt:
+                    nxt = h.start_s
+            if fps:
+                sh, hb = cm.shares(fps)
+                f = cm.factor(op, sh, hb)
+            else:
+                f = 1.0
+            if t + work * f <= nxt:
+                return t + work * f
+            work -= (nxt - t) / f
+            t = nxt
+
+    # ---------------- one stage ----------------
+    def _stage_run(self, st: _Stage):
+        eng = self.eng
+        hm = eng.host
+        cm = eng.contention
+        stats = st.stats
+        for seg in st.segments:
+            ops, durs, rows, explicit = self._segment_ops(st, seg)
+            if seg[0] == "end":
+                while st.deferred:       # gradient reductions deferred to finish_grad_sync
+                    h, op = st.deferred[0]
+                    yield from self._wait(st, h, (report_group(h.kind), h, op))
+                    st.deferred.pop(0)
+            needs = self._needs(st, seg)
+            need = None if explicit else needs
+            if need is not None:
+                yield from self._event_wait(st, need, ("PP", need, None))
+            if (hm is not None and hm.sync_on_pipeline_p2p and seg[0] in ("fwd", "bwd")
+                    and (st.sent or needs is not None)):
+                # batched p2p + torch.cuda.synchronize: wait for everything in flight, the host too
+                seen = set()
+                for h in st.live + [h for h, _ in st.deferred] + st.sent_handles:
+                    if id(h) in seen:
+                        continue
+                    seen.add(id(h))
+                    if h.fast:
+                        self._fast_wait(st, h)
+                    else:
+                        what = ("PP", h, None) if h.kind == "pp" else (report_group(h.kind), h, h.op)
+                        yield from self._event_wait(st, h, what)
+                st.host = max(st.host, st.clock)
+                st.sent_handles.clear()
+            st.sent = False
+            pending: dict = {}
+            outstanding: list = []
+            host_sync = False
+            for i, op in enumerate(ops):
+                if host_sync:
+                    st.host = max(st.host, st.clock)      # the host read a result (.item())
+                    host_sync = False
+                waits = pending.pop(op.name, None) if pending else None
+                if waits:
+                    for h in waits:
+                        if h.fast:
+                            self._fast_wait(st, h)
+                        else:
+                            yield from self._event_wait(st, h, (report_group(h.kind), h, op))
+                if hm is not None:
+                    st.host += hm.host_per_kernel_s
+                    t = max(st.clock, st.host) + (0.0 if op.is_comm else hm.kernel_gap_s)
+                    if t > st.clock:
+                        if self.trace is not None and t - st.clock > hm.kernel_gap_s * 1.5:
+                            self.trace.append((st.stage, "compute", "host issue", st.clock, t - st.clock,
+                                               "overhead", None))
+                        stats.overhead_s += t - st.clock
+                        st.clock = t
+                if not op.is_comm:
+                    dur = durs[i]
+                    if cm is not None and st.live:
+                        while True:    # every start and end of this rank's communication must be known
+                            h = next((h for h in st.live if h.start_s != h.start_s), None)
+                            if h is None:
+                                break
+                            self.waiting.setdefault(id(h), []).append(st)
+                            self.parked_on_comm += 1
+                            yield
+                            self.parked_on_comm -= 1
+                        t1 = self._kernel_end(st, op, st.clock, dur)
+                        dt = t1 - st.clock
+                        if self.trace is not None:
+                            self.trace.append((st.stage, "compute", op.name, st.clock, dt, op.phase, op))
+                        if st.record:
+                            row, col = rows[i]
+                            eng.layers[row].compute_s[col] += dt
+                        st.clock = t1
+                        stats.compute_s += dt
+                        stats.slowdown_s += max(0.0, dt - dur)
+                        continue
+                    if self.trace is not None:
+                        self.trace.append((st.stage, "compute", op.name, st.clock, dur, op.phase, op))
+                    if st.record:
+                        row, col = rows[i]
+                        eng.layers[row].compute_s[col] += dur
+                    st.clock += dur
+                    stats.compute_s += dur
+                    continue
+                group = op.group
+                if group == "pp":
+                    if op.collective == "recv":
+                        need = self._needs(st, seg)
+                        if need is not None and hm is not None and hm.sync_on_pipeline_p2p:
+                            host_sync = True
+                        if need is not None:
+                            yield from self._event_wait(st, need, ("PP", need, None))
+                    elif op.collective == "send" and self._sends_allowed(st, seg):
+                        self._send(st, seg[0], seg[1], seg[2], int(op.size_bytes))
+                    continue
+                rc = rows[i] if st.record else None
+                if group in _CROSS_STAGE:
+                    h = self._issue_cross(st, op, rc)
+                    if op.blocking:
+                        if hm is not None and op.name.startswith(hm.host_sync_ops):
+                            host_sync = True
+                        # the engine always blocks here (the op ends by an event), so its kind is
+                        # listed even when nothing is exposed
+                        stats.exposed_kind_s.setdefault(group, 0.0)
+                        yield from self._event_wait(st, h, (report_group(group), h, op))
+                        continue
+                else:
+                    h = self._issue_fast(st, op, rc)
+                    if op.blocking:
+                        self._fast_wait(st, h)
+                        if hm is not None and op.name.startswith(hm.host_sync_ops):
+                            host_sync = True
+                        continue
+                if op.wait_op:
+                    pending.setdefault(op.wait_op, []).append(h)
+                elif op.microbatch == "last" and seg[0] in ("fwd", "bwd"):
+                    st.deferred.append((h, op))
+                else:
+                    outstanding.append((h, op))
+            # non-blocking ops whose wait_op did not follow them in this list: waited here
+            for hs in pending.values():
+                outstanding.extend((h, None) for h in hs)
+            for h, op in outstanding:
+                if h.fast:
+                    self._fast_wait(st, h)
+                else:
+                    yield from self._event_wait(st, h, (report_group(h.kind), h, op))
+            if not explicit and self._sends_allowed(st, seg):
+                self._send(st, seg[0], seg[1], seg[2])
+        stats.end_s = st.clock
+
+    # ---------------- driver ----------------
+    def run(self) -> EngineResult:
+        eng = self.eng
+        p = eng.p
+        eng.t0_s = 0.0
+        eng._now = 0.0
+        eng.rep_ranks = [int(eng.pl.stage_ranks(s)[0]) for s in range(p)]
+        eng.isolated = eng._find_isolated()
+        kind = eng.w.schedule if p > 1 or eng.v > 1 else "1f1b"
+        if kind == "none":
+            kind = "1f1b"
+        stages = [_Stage(s, eng.w.stages[s], stage_tasks(kind, s, p, eng.m, eng.v)) for s in range(p)]
+        for st in stages:
+            st.gen = self._stage_run(st)
+        self.ready = list(reversed(stages))
+        finished = 0
+        while self.ready:
+            st = self.ready.pop()
+            try:
+                next(st.gen)
+            except StopIteration:
+                finished += 1
+        if finished != p and self.parked_on_comm:
+            raise _NeedsEvents("a kernel ran beside a cross-stage collective whose start depends on "
+                               "later pipeline progress")
+        if finished != p:
+            stuck = [st.stage for st in stages if st.gen.gi_frame is not None]
+            raise SimError(f"simulation deadlocked: stage(s) {stuck} never finished (inconsistent workload)")
+        eng.comm_log = self.log
+        eng.bypassed += sum(1 for h in self.log if h.fast)
+        T = max(st.stats.end_s for st in stages)
+        for st in stages:
+            st.stats.bubble_s += T - st.stats.end_s
+            st.gen = None          # the generator's frame holds st: no cycle left behind
+        return EngineResult(iteration_time_s=T, stages=[st.stats for st in stages], layers=dict(eng.layers),
+                            trace=self.trace if self.trace is not None else [], comm_count=0, rep_ranks=eng.rep_ranks, bypassed=eng.bypassed,
+                            isolated=tuple(sorted(eng.isolated)), comm_log=eng.comm_log)
+
+
+@contextmanager
+def no_cyclic_gc():
+    """Pause Python's cyclic garbage collector: building 10^5 log / trace records otherwise triggers
+    collections that re-scan the whole workload each time (half of a traced run's time on SimAI's
+    9,216-GPU example). Reference counting still frees everything that is not in a cycle."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def run_fast(eng) -> EngineResult | None:
+    """eng.run() for a contention-free backend (see applies()); None when, midway, the iteration
+    turned out to need the event engine (eng is then used up: run a fresh Engine)."""
+    try:
+        with no_cyclic_gc():
+            return FastRun(eng).run()
+    except _NeedsEvents:
+        return None

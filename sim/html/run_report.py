@@ -1,0 +1,377 @@
+"""report.html of `clustersim run`: one StepReport as a page.
+
+Sections: headline numbers (iteration time, MFU, TFLOP/s, tokens/s, exposed communication, bubble,
+peak memory) and how each was obtained (network backend, compute_db, kernel-time provenance, models
+of overheads and contention, formulas); the time split per stage (bar + table whose mean row is the
+summary); the per-stage timeline (Gantt of each stage representative's streams from rep.trace, merged to
+pixel resolution and capped); exposed communication per group; memory per stage with the peak path
+(sim.analysis.memory, when the workload is given and has model dimensions); the topology; per-layer
+(stage 0, as EndToEnd.csv) and per-collective tables. All times in seconds per iteration.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from sim.engine import REPORT_KEYS
+from sim.html.page import (
+    Card,
+    Col,
+    cards,
+    esc,
+    fmt,
+    fmt_bytes,
+    how_list,
+    legend,
+    number,
+    page,
+    section,
+    table,
+)
+from sim.html.svg import gantt, stacked_hbars
+
+COLORS = {"compute": "#4c72b0", "TP": "#dd8452", "CP": "#937860", "EP": "#8172b3", "DP": "#c44e52",
+          "PP": "#55a868", "overhead": "#da8bc3", "bubble": "#bbbbbb"}
+SPLIT_KEYS = ("compute",) + REPORT_KEYS + ("overhead", "bubble")
+_TIMELINE_COLORS = {"fwd": "#4c72b0", "bwd": "#8da0cb", "recompute": "#a6cee3", "other": "#2f4b7c",
+                    "TP": COLORS["TP"], "CP": COLORS["CP"], "EP": COLORS["EP"], "DP": COLORS["DP"],
+                    "PP": COLORS["PP"]}
+GiB = 2 ** 30
+
+
+def split_of(d: dict) -> list[float]:
+    """[compute, exposed TP..PP, overhead, bubble] of a summary or stage dict."""
+    return ([d["compute_s"]] + [d["exposed_comm_s"].get(k, 0.0) for k in REPORT_KEYS]
+            + [d.get("overhead_s", 0.0), d["bubble_s"]])
+
+
+def split_label(key: str) -> str:
+    return key if key in ("compute", "overhead", "bubble") else f"exposed {key}"
+
+
+def _pct(x: float, T: float) -> str:
+    return f"{100.0 * x / T:.1f}% of T" if T > 0 else ""
+
+
+def headline(rep) -> str:
+    m, T = rep.meta, rep.iteration_time_s
+    mem = rep.memory or {}
+    items = [
+        Card("iteration time", T, fmt(T, ".6f", " s"), "simulated: event-driven overlap of compute and "
+             f"communication ({m.get('schedule')} schedule, network '{m.get('network')}')", "iteration_time_s"),
+        Card("MFU", rep.mfu, fmt(number(rep.mfu) * 100 if number(rep.mfu) is not None else None, ".2f", " %"),
+             rep.FORMULAS["mfu"], "mfu"),
+        Card("TFLOP/s per GPU", rep.tflops_per_gpu, fmt(rep.tflops_per_gpu, ".1f"), rep.FORMULAS["tflops_per_gpu"],
+             "tflops_per_gpu"),
+        Card("tokens/s per GPU", rep.tokens_per_s_per_gpu, fmt(rep.tokens_per_s_per_gpu, ".1f"),
+             rep.FORMULAS["tokens_per_s_per_gpu"], "tokens_per_s_per_gpu"),
+        Card("compute", rep.compute_s, fmt(rep.compute_s, ".6f", " s"),
+             f"{_pct(rep.compute_s, T)}; of which overlap slowdown {rep.overlap_slowdown_s:.6f} s", "compute_s"),
+        Card("exposed communication", rep.exposed_total_s, fmt(rep.exposed_total_s, ".6f", " s"),
+             f"{_pct(rep.exposed_total_s, T)}; compute-stream waits on communication", "exposed_comm_total_s"),
+        Card("pipeline bubble", rep.bubble_s, fmt(rep.bubble_s, ".6f", " s"), _pct(rep.bubble_s, T), "bubble_s"),
+        Card("launch/host overhead", rep.overhead_s, fmt(rep.overhead_s, ".6f", " s"), _pct(rep.overhead_s, T),
+             "overhead_s"),
+    ]
+    if mem.get("fits") is not None:
+        verdict = "fits" if mem["fits"] else "DOES NOT FIT"
+        items.append(Card("peak memory per GPU", mem["peak_reserved_bytes"], fmt_bytes(mem["peak_reserved_bytes"]),
+                          f"reserved at {mem['peak_path']}; +{fmt_bytes(mem['cuda_context_bytes'])} CUDA context; "
+                          f"{mem['gpu']} has {fmt_bytes(mem['gpu_hbm_bytes'])} -> {verdict}",
+                          "memory.peak_reserved_bytes"))
+    else:
+        items.append(Card("peak memory per GPU", None, "n/a", mem.get("note", "") or "not computed"))
+    return cards(items)
+
+
+def provenance(rep) -> str:
+    m = rep.meta
+    cal = m.get("net_calibration")
+    est = m.get("estimated_collectives", 0) or 0
+    net = (f"backend '{m.get('network')}', sampling '{m.get('sampling')}': {m.get('network_collectives', 0):,} "
+           f"collectives simulated" + (f", {est:,} estimated analytically" if est else "")
+           + (f"; isolated kinds: {', '.join(m['isolated_kinds'])}" if m.get("isolated_kinds") else "")
+           + "; constants: " + (f"user calibration {cal}" if cal else
+                                "netsim built-in (calibrated against public NCCL figures, docs/netsim.md)"))
+    src = ", ".join(f"{k} {100 * v:.1f}%" for k, v in rep.compute_sources.items()) or "n/a"
+    items = [("fabric", f"{m.get('fabric') or '?'}; {m.get('topology_gpus', '?')} GPUs in the topology"),
+             ("network (exposed communication)", net),
+             ("kernel times", f"compute_db '{m.get('compute_db', 'shipped')}'; share of kernel time by "
+                              f"provenance: {src}"),
+             ("overlap slowdown", f"modeled: {m.get('contention_model', 'off')} (sim.contention)"),
+             ("launch/host overhead", f"modeled: {m.get('overheads_model', 'off')} (sim.overheads)"),
+             ("pipeline bubble", "follows from the parts above and the pipeline schedule")]
+    items += [(f"formula: {k}", v) for k, v in rep.FORMULAS.items()]
+    fams = rep.kernel_time_by_family or {}
+    srcs = sorted({s for v in fams.values() for s in v})
+    rows = [[fam] + [v.get(s, 0.0) for s in srcs] + [sum(v.values())]
+            for fam, v in sorted(fams.items(), key=lambda kv: -sum(kv[1].values()))]
+    cols = [Col("kernel family", None)] + [Col(f"{s} (s)", ".6f") for s in srcs] + [Col("total (s)", ".6f")]
+    foot = ["total"] + [sum(r[i] for r in rows) for i in range(1, len(srcs) + 2)]
+    tab = table(cols, rows, table_id="t-provenance", foot=foot) if rows else "<p class='note'>no kernel times</p>"
+    return (how_list(items) + "<p class='note'>Nominal kernel time per iteration of every stage program by "
+            "kernel family and compute_db provenance (summed over stages; the share per provenance is "
+            "the summary's compute_sources):</p>" + tab)
+
+
+def breakdown(rep) -> str:
+    T = rep.iteration_time_s
+    mean = {"compute_s": rep.compute_s, "exposed_comm_s": rep.exposed_comm_s, "overhead_s": rep.overhead_s,
+            "bubble_s": rep.bubble_s}
+    bars = [("mean (summary)", split_of(mean))] + [(f"stage {s['stage']} (rank {s['rank']})", split_of(s))
+                                                  for s in rep.stages]
+    used = [i for i, k in enumerate(SPLIT_KEYS) if any(v[i] > 0 for _, v in bars)]
+    svg = stacked_hbars([(n, [v[i] for i in used]) for n, v in bars], [split_label(SPLIT_KEYS[i]) for i in used],
+                        [COLORS[SPLIT_KEYS[i]] for i in used], "seconds per iteration",
+                        "time breakdown per stage", end_text=[f"{sum(v):.4f} s" for _, v in bars])
+    leg = legend([(split_label(SPLIT_KEYS[i]), COLORS[SPLIT_KEYS[i]]) for i in used])
+    cols = ([Col("stage", ".0f"), Col("rank", ".0f"), Col("GPU", ".0f"), Col("compute (s)", ".6f"),
+             Col("of which overlap slowdown (s)", ".6f")] + [Col(f"exposed {k} (s)", ".6f") for k in REPORT_KEYS]
+            + [Col("overhead (s)", ".6f"), Col("bubble (s)", ".6f"), Col("sum (s)", ".6f")])
+    rows = []
+    for s in rep.stages:
+        sp = split_of(s)
+        rows.append([s["stage"], s["rank"], s["gpu"], s["compute_s"], s.get("overlap_slowdown_s", 0.0)]
+                    + sp[1:] + [sum(sp)])
+    sp = split_of(mean)
+    foot = ["mean", "", "", rep.compute_s, rep.overlap_slowdown_s] + sp[1:] + [sum(sp)]
+    note = (f"Iteration time T = {T:.6f} s. Each stage's representative rank splits T into compute, exposed "
+            "communication per group, launch/host overhead and bubble; the summary is the mean over stages.")
+    return section("Time breakdown", leg + svg + table(cols, rows, table_id="t-stages", foot=foot),
+                   "breakdown", note)
+
+
+def _timeline_key(thread: str, cat: str) -> str | None:
+    if cat in ("wait", "overhead"):
+        return None           # idle compute stream: the background
+    if thread == "compute":
+        return cat if cat in ("fwd", "bwd", "recompute") else "other"
+    kind = thread.split(":", 1)[1] if ":" in thread else thread
+    if kind.startswith("pp"):
+        return "PP"
+    from sim.engine import report_group
+    return report_group(kind)
+
+
+def timeline(rep, max_elements: int = 20000) -> str:
+    if not rep.trace:
+        return section("Timeline", "<p class='note'>No timeline: the run was made without a trace "
+                                   "(--no-trace together with --no-charts).</p>", "timeline")
+    lanes: dict[tuple[int, str], list] = {}
+    for ev in rep.trace:
+        stage, thread, _name, start, dur, cat = ev[:6]
+        key = _timeline_key(thread, cat)
+        if key is None or dur <= 0:
+            continue
+        lanes.setdefault((stage, thread), []).append((start, dur, key))
+    order = sorted(lanes, key=lambda k: (k[0], k[1] != "compute", k[1]))
+    names = []
+    groups = []
+    for i, (stage, thread) in enumerate(order):
+        if i == 0 or order[i - 1][0] != stage:
+            groups.append(i)
+        rank = rep.rep_ranks[stage] if stage < len(rep.rep_ranks) else "?"
+        names.append((f"stage {stage} (rank {rank}) {thread}", lanes[(stage, thread)]))
+    svg, drawn, total, until = gantt(names, rep.iteration_time_s, _TIMELINE_COLORS,
+                                     "per-stage timeline", max_elements=max_elements, groups=groups)
+    used = sorted({k for _, sp in names for _, _, k in sp}, key=list(_TIMELINE_COLORS).index)
+    note = ("Streams of each pipeline stage's representative rank (all ranks of a stage run the same program). "
+            "Bars closer than a pixel are merged; hover a bar for its interval. Idle time (waits, launch/host "
+            "overhead) is the background.")
+    if drawn < total:
+        note += (f" Truncated: {drawn:,} of {total:,} bars drawn, complete up to t = {until:.6f} s "
+                 "(dashed red line); trace.json holds every event.")
+    return section("Timeline", legend([(k, _TIMELINE_COLORS[k]) for k in used]) + svg, "timeline", note)
+
+
+def exposed_groups(rep) -> str:
+    n = max(len(rep.stages), 1)
+    cols = [Col("group", None)] + [Col(f"stage {s['stage']} (s)", ".6f") for s in rep.stages] + \
+        [Col("mean = summary (s)", ".6f"), Col("share of T", ".2%")]
+    T = rep.iteration_time_s
+    rows = []
+    for k in REPORT_KEYS:
+        vals = [s["exposed_comm_s"].get(k, 0.0) for s in rep.stages]
+        rows.append([k] + vals + [rep.exposed_comm_s.get(k, 0.0), rep.exposed_comm_s.get(k, 0.0) / T if T else None])
+    foot = ["total"] + [sum(s["exposed_comm_s"].values()) for s in rep.stages] + \
+        [rep.exposed_total_s, rep.exposed_total_s / T if T else None]
+    kinds = sorted(rep.exposed_by_group_kind_s.items(), key=lambda kv: -kv[1])
+    kt = table([Col("group kind", None), Col("mean exposed (s)", ".6f")], [list(kv) for kv in kinds],
+               table_id="t-group-kinds", foot=["total", sum(v for _, v in kinds)])
+    note = (f"Compute-stream time waiting for communication, per report group and stage ({n} stage(s)); "
+            "below, the same per raw group kind (e.g. edp = expert data parallel, mp = model-parallel "
+            "reductions such as the grad-norm all-reduce).")
+    return section("Exposed communication per group", table(cols, rows, table_id="t-exposed", foot=foot) + kt,
+                   "exposed", note)
+
+
+def memory(rep, workload=None) -> str:
+    mem = rep.memory or {}
+    if mem.get("fits") is None:
+        why = mem.get("note") or "memory was not analysed for this run"
+        return section("Memory per stage", f"<p class='note'>n/a: {esc(why)}</p>", "memory")
+    if workload is None or getattr(workload, "model", None) is None:
+        return section("Memory per stage", f"<p class='note'>Peak {esc(fmt_bytes(mem['peak_reserved_bytes']))} "
+                       f"reserved at {esc(mem['peak_path'])}; the per-stage split needs the workload (not given "
+                       "to the report).</p>", "memory")
+    from sim.analysis.memory import analyze_memory
+    ana = analyze_memory(workload.model, workload.plan, workload)
+    rows = []
+    for s in ana.stages:
+        ms = s.model_states
+        rows.append([s.stage, ms.weight_bytes, ms.grad_bytes, ms.optimizer_bytes, s.activation_per_microbatch_bytes,
+                     s.inflight_microbatches, s.peak_activation_bytes, sum(s.comm_buffer_bytes.values()),
+                     s.peak_allocated_bytes, s.reserved_bytes, str(s.peak_path)])
+    gib = dict(spec=".2f", scale=1 / GiB)
+    cols = [Col("stage", ".0f"), Col("weights (GiB)", **gib), Col("grads (GiB)", **gib), Col("optimizer (GiB)", **gib),
+            Col("activations / micro-batch (GiB)", **gib), Col("in-flight micro-batches", ".2f"),
+            Col("activation peak (GiB)", **gib), Col("comm buffers (GiB)", **gib),
+            Col("peak allocated (GiB)", **gib), Col("reserved (GiB)", **gib), Col("peak path", None)]
+    foot = ["max"] + [""] * 7 + [max(r[8] for r in rows), max(r[9] for r in rows), ""]
+    verdict = "fits" if mem["fits"] else "DOES NOT FIT"
+    note = (f"Per-GPU memory of each pipeline stage (activations from {ana.source}; bytes, shown in GiB). "
+            f"Peak: {fmt_bytes(mem['peak_reserved_bytes'])} reserved at {mem['peak_path']}, + "
+            f"{fmt_bytes(mem['cuda_context_bytes'])} CUDA context; {mem['gpu']} has "
+            f"{fmt_bytes(mem['gpu_hbm_bytes'])} -> {verdict}.")
+    return section("Memory per stage", table(cols, rows, table_id="t-memory", foot=foot), "memory", note)
+
+
+def _topology_png(topology, tmp_dir: Path | None) -> bytes | None:
+    """topo.draw's PNG of the fabric, drawn through a temporary file (deleted)."""
+    from topo.draw import draw_topology
+    fd, path = tempfile.mkstemp(prefix=".topology.", suffix=".png", dir=tmp_dir)
+    os.close(fd)
+    try:
+        draw_topology(topology, path)
+        return Path(path).read_bytes()
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+
+
+def topology_section(topology, picture: bool = True, tmp_dir: Path | None = None) -> str:
+    if topology is None:
+        return section("Topology", "<p class='note'>The topology was not given to the report.</p>", "topology")
+    t = topology
+    tiers = Counter(n.tier for n in t.nodes)
+    pairs: Counter = Counter()
+    bw: Counter = Counter()
+    for lk in t.links[::2]:
+        a, b = sorted((t.nodes[lk.src].tier, t.nodes[lk.dst].tier))
+        pairs[(a, b)] += 1
+        bw[(a, b)] += lk.bandwidth_Bps
+    rows = [[f"{a} - {b}", n, bw[(a, b)] / n, bw[(a, b)]] for (a, b), n in sorted(pairs.items())]
+    cols = [Col("tier pair", None), Col("cables", ",.0f"), Col("bandwidth per cable (Gb/s)", ".1f", scale=8e-9),
+            Col("total (Tb/s)", ".2f", scale=8e-12)]
+    tier_txt = ", ".join(f"{k} x {v:,}" for k, v in sorted(tiers.items()))
+    body = (f"<p class='note'>{esc(t.name or 'topology')}: {t.num_gpus:,} x {esc(t.gpu_type)}, "
+            f"{t.num_servers:,} servers, NVLink domain {t.nvlink_domain_size}; nodes: {esc(tier_txt)}.</p>")
+    if picture:
+        png = _topology_png(t, tmp_dir)
+        if png:
+            body += ("<img class='topo' alt='topology drawing' src='data:image/png;base64,"
+                     + base64.b64encode(png).decode("ascii") + "'>")
+    else:
+        body += "<p class='note'>Drawing skipped (--no-charts).</p>"
+    body += table(cols, rows, table_id="t-topology", foot=["total", sum(r[1] for r in rows), None,
+                                                            sum(r[3] for r in rows)])
+    return section("Topology", body, "topology")
+
+
+def layers(rep) -> str:
+    cols = [Col("layer", None)]
+    rows = []
+    for what in ("compute", "exposed", "comm"):
+        cols += [Col(f"{what} {c} (s)", ".6f") for c in ("fwd", "ig", "wg")]
+    cols += [Col(f"comm {c} bytes", ",.0f") for c in ("fwd", "ig", "wg")]
+    cols += [Col(f"comm {c} collective", None) for c in ("fwd", "ig", "wg")]
+    for name, st in rep.layers.items():
+        r = [name]
+        for src in (st.compute_s, st.exposed_s, st.comm_s):
+            r += [src["fwd"], src["ig"], src["wg"]]
+        r += [st.comm_bytes["fwd"], st.comm_bytes["ig"], st.comm_bytes["wg"]]
+        for c in ("fwd", "ig", "wg"):
+            kind = st.comm_kind.get(c)
+            r.append(f"{kind[0]} x{kind[1]}" if kind and kind[0] else "")
+        rows.append(r)
+    if not rows:
+        return section("Per layer", "<p class='note'>No per-layer rows.</p>", "layers")
+    foot = ["total (stage 0)"] + [sum(r[i] for r in rows) for i in range(1, 13)] + ["", "", ""]
+    note = ("Stage 0's representative rank, rows as EndToEnd.csv (fwd = forward, ig = input gradient, "
+            "wg = weight gradient and data-parallel); the compute total is stage 0's compute time.")
+    return section("Per layer", table(cols, rows, table_id="t-layers", foot=foot), "layers", note)
+
+
+def collectives(rep, cap: int = 3000) -> str:
+    agg: dict[tuple, list] = {}
+    for c in rep.collectives:
+        key = (c["stage"], c["report_group"], c["group"], c["collective"], c["size_bytes"], c["group_size"],
+               c["phase"], c["timing"])
+        a = agg.setdefault(key, [0, 0.0, 0.0])
+        a[0] += 1
+        a[1] += c["duration_s"]
+        a[2] += c["exposed_s"]
+    rows = [list(k) + v for k, v in sorted(agg.items(), key=lambda kv: -kv[1][2])]
+    if not rows:
+        return section("Collectives", "<p class='note'>No communication operations.</p>", "collectives")
+    cols = [Col("stage", ".0f"), Col("report group", None), Col("group", None), Col("collective", None),
+            Col("size (bytes)", ",.0f"), Col("group size", ".0f"), Col("phase", None), Col("timing", None),
+            Col("count", ",.0f"), Col("total duration (s)", ".6f"), Col("exposed (s)", ".6f")]
+    foot = ["total", "", "", "", "", "", "", "", sum(r[8] for r in rows), sum(r[9] for r in rows),
+            sum(r[10] for r in rows)]
+    note = (f"Every communication operation of every stage representative ({len(rep.collectives):,}), grouped "
+            "by stage, group, collective, size and phase; exposed = compute-stream wait charged to it (a "
+            "pipeline send's wait is the receiving stage's). The exposed total divided by the number of "
+            "stages is the summary's exposed communication.")
+    return section("Collectives", table(cols, rows, table_id="t-collectives", foot=foot, cap=cap,
+                                        what="collective groups"), "collectives", note)
+
+
+def title_of(rep) -> tuple[str, str]:
+    m = rep.meta
+    title = f"clustersim run: {m.get('model', '?')} on {m.get('world_size')} x {m.get('gpu')}"
+    sub = (f"tp {m.get('tp')} pp {m.get('pp')} cp {m.get('cp')} ep {m.get('ep')} dp {m.get('dp')} "
+           f"vpp {m.get('vpp')} | {m.get('num_microbatches')} micro-batches ({m.get('schedule')}) | "
+           f"global batch {m.get('global_batch_size')} x {m.get('seq_length')} tokens | {m.get('dtype')} | "
+           f"fabric {m.get('fabric') or '?'} | network {m.get('network')}")
+    return title, sub
+
+
+def flat_items(d, prefix: str = "") -> list[list]:
+    """[key path, value] rows of a nested dict/list (lists of scalars joined)."""
+    rows: list[list] = []
+    for k, v in (d.items() if isinstance(d, dict) else enumerate(d)):
+        path = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, dict) or (isinstance(v, list) and any(isinstance(x, (dict, list)) for x in v)):
+            rows += flat_items(v, path)
+        elif isinstance(v, list):
+            rows.append([path, ", ".join(str(x) for x in v)])
+        else:
+            rows.append([path, v])
+    return rows
+
+
+def extra_section(name: str, data) -> str:
+    """A summary.json section added by the command (e.g. "training"): its values as a table."""
+    rows = flat_items(data if isinstance(data, (dict, list)) else {name: data})
+    cells = [[k, v if isinstance(v, str) or number(v) is None else fmt(v, ".6g")] for k, v in rows]
+    return section(f"{name} (summary.json \"{name}\")",
+                   table([Col("field", None), Col("value", None)], cells, table_id=f"t-extra-{name}"), f"x-{name}")
+
+
+def run_html(rep, workload=None, topology=None, picture: bool = True, tmp_dir: Path | None = None,
+             sections: dict | None = None) -> str:
+    """The report page of one StepReport (see the module doc). picture: draw the topology with
+    topo.draw (matplotlib) and embed it; tmp_dir: where its temporary file goes; sections: more
+    summary.json sections (name -> dict) shown as tables."""
+    title, sub = title_of(rep)
+    parts = [section("Headline", headline(rep), "headline"),
+             section("How each number was obtained", provenance(rep), "provenance"),
+             breakdown(rep), timeline(rep), exposed_groups(rep), memory(rep, workload),
+             topology_section(topology, picture, tmp_dir), layers(rep), collectives(rep)]
+    parts += [extra_section(k, v) for k, v in (sections or {}).items() if v is not None]
+    return page(title, sub, parts)
