@@ -3,7 +3,7 @@
 
 - run_report_no_picture: run_html of the built-in example (32 x H100, TP4 x PP2 x DP4, flow network,
   with its trace) without the topology drawing, as with --no-charts. Simulation excluded from the time.
-- run_report_with_picture: the same with topo.draw's PNG embedded (as a default run with charts; the run's
+- run_report_with_picture: the same with topo.draw's SVG embedded (as a default run with charts; the run's
   breakdown chart is drawn first, as write_results does, so matplotlib is imported and warm).
 - serve_report: serve_html of the built-in serving example (1,000 requests).
 Run: python benchmarks/bench_html.py [case substring ...]

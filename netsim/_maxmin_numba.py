@@ -111,3 +111,78 @@ def maxmin(cap, ptr, fl, fw, fcap):
                 rem[fl[i]] -= cur * fw[i]
                 wsum[fl[i]] -= fw[i]
     return rate
+
+
+@numba.njit(cache=True)
+def component(n_links, ptr, fl, seed_link, seed_flow):
+    """Flows connected (through shared links, transitively) to the seed links or seed flows: a
+    breadth-first search over the flow-link graph. Returns a boolean mask over flows."""
+    n_flows = ptr.shape[0] - 1
+    cnt = np.zeros(n_links + 1, np.int64)
+    for i in range(fl.shape[0]):
+        cnt[fl[i] + 1] += 1
+    for k in range(n_links):
+        cnt[k + 1] += cnt[k]
+    fill = cnt[:-1].copy()
+    lflows = np.empty(cnt[n_links], np.int64)
+    for f in range(n_flows):
+        for i in range(ptr[f], ptr[f + 1]):
+            lflows[fill[fl[i]]] = f
+            fill[fl[i]] += 1
+    in_flow = np.zeros(n_flows, np.bool_)
+    in_link = np.zeros(n_links, np.bool_)
+    queue = np.empty(n_links, np.int64)
+    qn = 0
+    for lk in seed_link:
+        if not in_link[lk]:
+            in_link[lk] = True
+            queue[qn] = lk
+            qn += 1
+    for f in seed_flow:
+        if not in_flow[f]:
+            in_flow[f] = True
+            for i in range(ptr[f], ptr[f + 1]):
+                if not in_link[fl[i]]:
+                    in_link[fl[i]] = True
+                    queue[qn] = fl[i]
+                    qn += 1
+    q = 0
+    while q < qn:
+        lk = queue[q]
+        q += 1
+        for j in range(cnt[lk], cnt[lk + 1]):
+            f = lflows[j]
+            if in_flow[f]:
+                continue
+            in_flow[f] = True
+            for i in range(ptr[f], ptr[f + 1]):
+                l2 = fl[i]
+                if not in_link[l2]:
+                    in_link[l2] = True
+                    queue[qn] = l2
+                    qn += 1
+    return in_flow
+
+
+@numba.njit(cache=True)
+def compact_links(fl, n_links):
+    """(used, local): the link ids in use in increasing order and each entry's index into them;
+    O(entries + links) without sorting."""
+    mark = np.zeros(n_links, np.int64)
+    for i in range(fl.shape[0]):
+        mark[fl[i]] = 1
+    k = 0
+    for lk in range(n_links):
+        if mark[lk]:
+            mark[lk] = k
+            k += 1
+        else:
+            mark[lk] = -1
+    used = np.empty(k, np.int64)
+    for lk in range(n_links):
+        if mark[lk] >= 0:
+            used[mark[lk]] = lk
+    local = np.empty(fl.shape[0], np.int64)
+    for i in range(fl.shape[0]):
+        local[i] = mark[fl[i]]
+    return used, local

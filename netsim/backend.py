@@ -100,6 +100,7 @@ class Planner:
         self._routed: dict[tuple, list] = {}
         self._est: dict[tuple, float] = {}
         self._auto: dict[tuple, tuple[str, str]] = {}
+        self._calls: dict[tuple, tuple] = {}
 
     def shape(self, gpus: tuple[int, ...]):
         got = self._shapes.get(gpus)
@@ -143,6 +144,27 @@ class Planner:
                                   f"of {req.op} on this group")
             got = self._auto[ck] = best
         return (gpus, shape, facts) + got
+
+    def call(self, req: CollectiveRequest):
+        """(gpus, algorithm, protocol, flows, delay_s, lat_mult, one, one_bytes) of a request, cached per (op, group,
+        size, requested algorithm and protocol): the validation, choice, routing and timing of a repeated
+        call (every pipeline send of a stage pair, every micro-batch's collective) are done once.
+        flows: resolved unit-size flows ([] for an empty call); one: the single dependency-free flow
+        when the schedule is just that (a point-to-point send), else None; one_bytes: its payload."""
+        key = (req.op, tuple(req.gpus), float(req.size_bytes), req.algorithm, getattr(req, "protocol", "auto"))
+        got = self._calls.get(key)
+        if got is None:
+            gpus, _shape, _facts, alg, proto = self.choose(req)
+            size = float(req.size_bytes)
+            flows, delay, mult = [], 0.0, 1.0
+            if size > 0 and len(gpus) > 1:
+                plan = self.plan(req.op, alg, proto, gpus)
+                flows = plan.flows
+                delay, mult = plan.timing(size)
+            one = flows[0] if len(flows) == 1 and not flows[0].deps and not flows[0].after else None
+            one_bytes = one.payload_bytes(size) if one is not None else 0.0
+            got = self._calls[key] = (gpus, alg, proto, flows, delay, mult, one, one_bytes)
+        return got
 
     def prepare(self, req: CollectiveRequest):
         """(gpus, shape, facts, algorithm) of a request (see choose; the protocol is left out)."""
@@ -231,7 +253,8 @@ def _run_collective(net, flows: list[ResolvedFlow], size: float, on_done, record
     """Start one collective's schedule on the network's engine; record and report its completion."""
     def finish(t: float) -> None:
         record.end_s = t
-        net.records.append(record)
+        if net.keep_records:
+            net.records.append(record)
         net._in_flight -= 1
         on_done(t)
 
@@ -244,7 +267,9 @@ class FlowNetwork:
     options: pxn (route inter-node traffic through the NVLink peer on the destination rail),
     use_numba (None: automatic), check_invariants (debug: capacity, byte conservation, completion),
     record_flows / record_link_timeline / record_link_changes (statistics; record_link_changes keeps only
-    the links whose load changed at each rate recomputation, for netsim.linktrace).
+    the links whose load changed at each rate recomputation, for netsim.linktrace); keep_records (default
+    True): keep a CollectiveRecord per finished collective in `records` (the training simulator, which
+    reads none, turns it off: millions of pipeline sends otherwise hold hundreds of MB).
     """
 
     kind = "flow"
@@ -252,8 +277,9 @@ class FlowNetwork:
     def __init__(self, topology, *, pxn: bool = False, use_numba: bool | None = None,
                  check_invariants: bool = False, record_flows: bool = False,
                  record_link_timeline: bool = False, record_link_changes: bool = False,
-                 planner: Planner | None = None, **model_options):
+                 planner: Planner | None = None, keep_records: bool = True, **model_options):
         self.planner = planner or Planner(topology, pxn=pxn, **model_options)
+        self.keep_records = keep_records
         self.options = dict(use_numba=use_numba, check_invariants=check_invariants,
                             record_flows=record_flows, record_link_timeline=record_link_timeline,
                             record_link_changes=record_link_changes)
@@ -267,19 +293,37 @@ class FlowNetwork:
         return self.engine.now_s
 
     def submit(self, req: CollectiveRequest, now_s: float, on_done: Callable[[float], None]) -> None:
-        gpus, _shape, _facts, alg, proto = self.planner.choose(req)
+        self.submit_many((req,), now_s, on_done)
+
+    def submit_many(self, reqs, now_s: float, on_done: Callable[[float], None]) -> None:
+        """Submit several requests at `now_s`; on_done(t) fires once per request. Same result as one
+        submit per request; a dependency-free single-flow schedule (a send) goes straight to the engine."""
+        call = self.planner.call
+        # validate every request before any is started (a bad one leaves the network untouched)
+        calls = [call(req) for req in reqs]
         if now_s > self.engine.now_s:
             self.advance(now_s)
-        size = float(req.size_bytes)
-        flows, delay, mult = [], 0.0, 1.0
-        if size > 0 and len(gpus) > 1:
-            plan = self.planner.plan(req.op, alg, proto, gpus)
-            flows = plan.flows
-            delay, mult = plan.timing(size)
-        rec = CollectiveRecord(req.tag, req.op, alg, len(gpus), int(req.size_bytes), self.engine.now_s, math.nan,
-                               PROTOCOL_NAMES[proto])
-        self._in_flight += 1
-        _run_collective(self, flows, size, on_done, rec, delay_s=delay, lat_mult=mult)
+        engine = self.engine
+        now = engine.now_s
+        for req, (gpus, alg, proto, flows, delay, mult, one, one_bytes) in zip(reqs, calls):
+            size = float(req.size_bytes)
+            rec = CollectiveRecord(req.tag, req.op, alg, len(gpus), int(req.size_bytes), now, math.nan,
+                                   PROTOCOL_NAMES[proto])
+            self._in_flight += 1
+            if one is None:
+                _run_collective(self, flows, size, on_done, rec, delay_s=delay, lat_mult=mult)
+                continue
+
+            # the latency as ScheduleRun computes it (ready time minus now), for bit-identical event times
+            def done(_fid: int, t: float, rec=rec) -> None:
+                rec.end_s = t
+                if self.keep_records:
+                    self.records.append(rec)
+                self._in_flight -= 1
+                on_done(t)
+
+            engine.add_flow(one.channels, one_bytes, weights=one.weights,
+                            latency_s=max(0.0, now + delay + one.latency_s * mult - now), cap_Bps=one.cap_Bps, on_done=done)
 
     def next_event_time(self) -> float:
         return self.engine.next_event_time()
@@ -337,12 +381,13 @@ def make_backend(kind: str, topology, *, net_calibration: NetCalibration | None 
     net_calibration: a NetCalibration (netsim.load_net_calibration) replacing netsim's constants for
     one system. Options of both backends: pxn, launch_overhead (host launch cost per call; default
     True), gpus_per_process (nccl-tests -g; default 1), routing ("auto" default: rail-aligned on rail-optimized fabrics, else ECMP | "rail" | "ecmp").
-    "flow" only: use_numba, check_invariants, record_flows, record_link_timeline, record_link_changes.
+    "flow" only: use_numba, check_invariants, record_flows, record_link_timeline, record_link_changes,
+    keep_records.
     """
     both = {"pxn", "launch_overhead", "gpus_per_process", "routing"}
     if kind == "flow":
         allowed = both | {"use_numba", "check_invariants", "record_flows", "record_link_timeline",
-                          "record_link_changes"}
+                          "record_link_changes", "keep_records"}
     elif kind == "analytical":
         allowed = both
     else:

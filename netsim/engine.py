@@ -3,6 +3,10 @@
 Modelled: each flow crosses a fixed set of links (weights > 1 when a lock-step flow crosses a link more
 than once); it waits `latency_s` after being added (per-flow start overhead + propagation), then
 transfers `nbytes` at its max-min fair rate; rates are recomputed whenever a flow starts or finishes.
+Incremental (default): max-min rates decompose over the connected components of the flow-link graph,
+so an event re-solves only the flows connected (through shared links) to the flows that started or
+finished; the others keep their rates. The result is the full re-solve's, bit for bit (same
+bottleneck order and arithmetic within a component; tests/netsim/test_netsim_incremental.py).
 Ignored: packets, queues, congestion control dynamics, head-of-line blocking.
 
 Invariants (checked when `check_invariants=True`): no link carries more than its capacity at any
@@ -20,10 +24,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from netsim.errors import NetsimError
-from netsim.maxmin import maxmin_rates
+from netsim.maxmin import compact_links, component_mask, maxmin_rates
 
 # record_link_changes keeps at most this many (link, load) entries (16 bytes each, about 320 MB)
 LINK_CHANGES_LIMIT = 20_000_000
+# at most this many (flow, link) entries in flight: a full re-solve with the dict-based solver is
+# cheaper than finding the connected component first
+_SMALL_ENTRIES = 64
 _EMPTY_I = np.zeros(0, dtype=np.int64)
 _EMPTY_F = np.zeros(0, dtype=np.float64)
 
@@ -47,7 +54,7 @@ class FlowEngine:
 
     def __init__(self, capacity_Bps, *, use_numba: bool | None = None, check_invariants: bool = False,
                  record_flows: bool = False, record_link_timeline: bool = False,
-                 record_link_changes: bool = False):
+                 record_link_changes: bool = False, incremental: bool = True):
         self.capacity_Bps = np.asarray(capacity_Bps, dtype=np.float64)
         self.use_numba = use_numba
         self.check_invariants = check_invariants
@@ -73,6 +80,8 @@ class FlowEngine:
         self._act_fw = _EMPTY_F
         self._act_caps = _EMPTY_F
         self._link_load = np.zeros(len(self.capacity_Bps))
+        self._used = _EMPTY_I          # links carrying active flows, and their loads (B/s)
+        self._used_load = _EMPTY_F
         self._fin = _EMPTY_F
         self._fin_min = math.inf
         self._dirty = False
@@ -87,6 +96,11 @@ class FlowEngine:
         self.link_changes_stopped_s = math.nan   # set when the limit stopped the recording
         self._n_change_entries = 0
         self.recomputes = 0
+        self.incremental = incremental
+        self.resolved_flows = 0      # flows re-solved, summed over recomputations (statistics)
+        self._seed_links: list[np.ndarray] = []   # links of the flows that left since the last solve
+        self._seed_new = 0           # the last `_seed_new` active flows arrived since the last solve
+        self._full_next = True       # the next solve covers every flow
 
     # ---------------------------------------------------------------- flows
     def add_flow(self, links, nbytes: float, *, weights=None, latency_s: float = 0.0,
@@ -124,24 +138,71 @@ class FlowEngine:
         self.recomputes += 1
         ids = self._act_ids
         if len(ids) == 0:
+            self._seed_links, self._seed_new = [], 0
             self._act_rate = _EMPTY_F
             self._fin = _EMPTY_F
             self._fin_min = math.inf
-            self._link_load[:] = 0.0
+            self._link_load[self._used] = 0.0
+            self._used, self._used_load = _EMPTY_I, _EMPTY_F
             self._record_loads()
             return
-        lens, fl, fw, caps = self._act_lens, self._act_fl, self._act_fw, self._act_caps
+        lens, fl_global, fw, caps = self._act_lens, self._act_fl, self._act_fw, self._act_caps
         ptr = np.zeros(len(ids) + 1, dtype=np.int64)
         np.cumsum(lens, out=ptr[1:])
-        has_cap = bool(np.isfinite(caps).any())
-        rates = maxmin_rates(self.capacity_Bps, ptr, fl, fw, caps if has_cap else None,
-                             use_numba=self.use_numba)
+        # the solvers work on the links in use, renumbered in increasing id order: every per-event
+        # cost is O(active entries), not O(links of the fabric); equal shares are still taken in
+        # link-id order, so the rates are the same bit for bit
+        small = len(fl_global) <= _SMALL_ENTRIES
+        if small:     # the dict-based solver touches only the links in use; nothing to renumber
+            used, fl, cap_used = None, fl_global, self.capacity_Bps
+        else:
+            used, fl = compact_links(fl_global, len(self.capacity_Bps), use_numba=self.use_numba)
+            cap_used = self.capacity_Bps[used]
+        sub = None
+        if self.incremental and not self._full_next and not small:
+            seed_links = np.concatenate(self._seed_links) if self._seed_links else _EMPTY_I
+            pos = np.searchsorted(used, seed_links)     # seeds no active flow uses drop out
+            ok = pos < len(used)
+            ok[ok] = used[pos[ok]] == seed_links[ok]
+            seed_links = pos[ok]
+            seed_flows = np.arange(len(ids) - self._seed_new, len(ids), dtype=np.int64)
+            sub = component_mask(len(used), ptr, fl, seed_links, seed_flows, use_numba=self.use_numba)
+            if sub.all():
+                sub = None
+        self._seed_links, self._seed_new, self._full_next = [], 0, False
+        if sub is None:
+            has_cap = bool(np.isfinite(caps).any())
+            rates = maxmin_rates(cap_used, ptr, fl, fw, caps if has_cap else None,
+                                 use_numba=self.use_numba)
+            self.resolved_flows += len(ids)
+        else:
+            # re-solve the connected component only; the flows outside keep their rates
+            rates = self._act_rate.copy()
+            idx = np.flatnonzero(sub)
+            if len(idx):
+                s_lens = lens[idx]
+                s_ptr = np.zeros(len(idx) + 1, dtype=np.int64)
+                np.cumsum(s_lens, out=s_ptr[1:])
+                entry = np.repeat(sub, lens)
+                s_caps = caps[idx]
+                has_cap = bool(np.isfinite(s_caps).any())
+                # renumbered again over the component's own links (O(its entries), same tie order)
+                s_used, s_fl = compact_links(fl[entry], len(used), use_numba=self.use_numba)
+                rates[idx] = maxmin_rates(cap_used[s_used], s_ptr, s_fl, fw[entry],
+                                          s_caps if has_cap else None, use_numba=self.use_numba)
+                self.resolved_flows += len(idx)
         self._act_rate = rates
         # finish times stay valid until the next recomputation (rates are constant in between)
         self._fin = self._finish_times()
         self._fin_min = float(self._fin.min())
         per_entry = np.repeat(np.where(np.isfinite(rates), rates, 0.0), lens) * fw
-        self._link_load = np.bincount(fl, weights=per_entry, minlength=len(self.capacity_Bps))
+        if small:
+            used, fl = np.unique(fl_global, return_inverse=True)
+            fl = fl.reshape(-1)
+        used_load = np.bincount(fl, weights=per_entry, minlength=len(used))
+        self._link_load[self._used] = 0.0
+        self._link_load[used] = used_load
+        self._used, self._used_load = used, used_load
         if self.check_invariants:
             over = self._link_load > self.capacity_Bps * (1 + 1e-9) + 1e-6
             if over.any():
@@ -186,7 +247,7 @@ class FlowEngine:
         if dt > 0 and len(self._act_ids):
             moved = np.where(np.isfinite(self._act_rate), self._act_rate, 0.0) * dt
             self._act_rem = self._act_rem - moved
-            self.link_bytes += self._link_load * dt
+            self.link_bytes[self._used] += self._used_load * dt   # other links carry nothing
             if self.check_invariants:
                 for f, m in zip(self._act_ids.tolist(), moved.tolist()):
                     self._delivered[f] += m
@@ -242,11 +303,19 @@ class FlowEngine:
         if keep_mask is not None or new:
             ids, rem = self._act_ids, self._act_rem
             lens, fl, fw, caps = self._act_lens, self._act_fl, self._act_fw, self._act_caps
+            rate = self._act_rate
             if keep_mask is not None:
                 entry_keep = np.repeat(keep_mask, lens)
+                self._seed_links.append(fl[~entry_keep])
+                # arrivals since the last solve stay the trailing flows (a departure needs a solve
+                # first: its finish time comes from solved rates)
+                self._seed_new -= int((~keep_mask[len(ids) - self._seed_new:]).sum())
                 ids, rem, lens, caps = ids[keep_mask], rem[keep_mask], lens[keep_mask], caps[keep_mask]
+                rate = rate[keep_mask]
                 fl, fw = fl[entry_keep], fw[entry_keep]
             if new:
+                self._seed_new += len(new)
+                rate = np.concatenate([rate, np.zeros(len(new))])
                 ids = np.concatenate([ids, np.asarray(new, dtype=np.int64)])
                 rem = np.concatenate([rem, np.asarray([self._bytes[f] for f in new])])
                 lens = np.concatenate([lens, np.asarray([len(self._links[f]) for f in new], dtype=np.int64)])
@@ -255,7 +324,7 @@ class FlowEngine:
                 fw = np.concatenate([fw] + [self._w[f] for f in new])
             self._act_ids, self._act_rem = ids, rem
             self._act_lens, self._act_fl, self._act_fw, self._act_caps = lens, fl, fw, caps
-            self._act_rate = np.zeros(len(ids))  # placeholder until the recompute below
+            self._act_rate = rate   # new flows: placeholder 0 until the recompute below
             self._dirty = True
         for f in sorted(done):
             self._n_done += 1
@@ -266,6 +335,7 @@ class FlowEngine:
             if self.record_flows:
                 self.flow_records.append(FlowRecord(f, self._bytes[f], self._added[f], self._started[f], t))
             cb = self._cb[f]
+            self._cb[f] = None     # a finished flow's callback (and what it holds) is not needed again
             if cb is not None:
                 cb(f, t)
 

@@ -145,6 +145,56 @@ def _maxmin_small(capacity_Bps, flow_ptr, flow_links, flow_w, flow_cap_Bps=None)
     return np.asarray(rate, dtype=np.float64)
 
 
+def component_mask_python(n_links: int, flow_ptr, flow_links, seed_links, seed_flows) -> np.ndarray:
+    """Flows connected to the seed links or seed flows through shared links (transitively): boolean
+    mask over flows. Max-min rates decompose over these connected components (a component's
+    bottleneck order and arithmetic involve only its own links and flows), so re-solving only the
+    component of the flows that arrived or left gives the full solution bit for bit."""
+    ptr = np.asarray(flow_ptr, dtype=np.int64)
+    fl = np.asarray(flow_links, dtype=np.int64)
+    n_flows = len(ptr) - 1
+    entry_flow = np.repeat(np.arange(n_flows, dtype=np.int64), np.diff(ptr))
+    in_flow = np.zeros(n_flows, dtype=bool)
+    in_flow[np.asarray(seed_flows, dtype=np.int64)] = True
+    in_link = np.zeros(n_links, dtype=bool)
+    in_link[np.asarray(seed_links, dtype=np.int64)] = True
+    in_link[fl[in_flow[entry_flow]]] = True
+    while True:   # alternate link -> flows -> links until nothing is added
+        hit = np.zeros(n_flows, dtype=bool)
+        hit[entry_flow[in_link[fl]]] = True
+        if (hit <= in_flow).all():
+            return in_flow
+        in_flow |= hit
+        in_link[fl[in_flow[entry_flow]]] = True
+
+
+def component_mask(n_links: int, flow_ptr, flow_links, seed_links, seed_flows,
+                   use_numba: bool | None = None) -> np.ndarray:
+    """component_mask_python, with the numba kernel when available (use_numba as in maxmin_rates)."""
+    if use_numba is None:
+        use_numba = len(flow_links) > 64 and numba_available()
+    if use_numba and numba_available():
+        from netsim import _maxmin_numba
+        return _maxmin_numba.component(int(n_links), np.asarray(flow_ptr, dtype=np.int64),
+                                       np.asarray(flow_links, dtype=np.int64),
+                                       np.asarray(seed_links, dtype=np.int64),
+                                       np.asarray(seed_flows, dtype=np.int64))
+    return component_mask_python(n_links, flow_ptr, flow_links, seed_links, seed_flows)
+
+
+def compact_links(flow_links, n_links: int, use_numba: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(used link ids in increasing order, each entry's index into them). Renumbering a problem's
+    links this way keeps the solvers' link-id tie order, so the rates are unchanged bit for bit."""
+    fl = np.asarray(flow_links, dtype=np.int64)
+    if use_numba is None:
+        use_numba = len(fl) > 64 and numba_available()
+    if use_numba and numba_available():
+        from netsim import _maxmin_numba
+        return _maxmin_numba.compact_links(fl, int(n_links))
+    used, local = np.unique(fl, return_inverse=True)
+    return used, local.reshape(-1).astype(np.int64, copy=False)
+
+
 _NUMBA_IMPL = None
 _NUMBA_TRIED = False
 

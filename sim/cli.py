@@ -67,26 +67,37 @@ class OneLineParser(argparse.ArgumentParser):
         return ""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from compute_db import cli as compute_db_cli
-    from netsim import cli as netsim_cli
-    from sim import commands as sim_commands
-    from sim.analysis import cli as analysis_cli
-    from sim.serve import cli as serve_cli
-    from sim.serve import search_cli as serve_search_cli
-    from topo import cli as topo_cli
-    from workload_gen import cli as workload_cli
+# subcommand -> the module whose register() adds it (tests/test_cli_entry.py checks this against a full
+# registration); a command line naming one of them imports only that module's CLI
+COMMAND_MODULES = {
+    "run": "sim.commands", "compare": "sim.commands", "sweep": "sim.commands", "cluster": "sim.commands",
+    "simai": "sim.commands", "aicb": "sim.commands", "serve": "sim.serve.cli",
+    "serve-search": "sim.serve.search_cli", "memory": "sim.analysis.cli", "search": "sim.analysis.cli",
+    "workload": "workload_gen.cli", "topo": "topo.cli", "collective": "netsim.cli",
+    "compute-db": "compute_db.cli", "measure": "compute_db.cli",
+}
+ALL_CLI_MODULES = ("sim.commands", "sim.serve.cli", "sim.serve.search_cli", "sim.analysis.cli", "workload_gen.cli",
+                   "topo.cli", "netsim.cli", "compute_db.cli")
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or (argv naming a subcommand first) only that subcommand's module's parsers:
+    `clustersim run` need not import serving, measurement or Chakra code."""
+    import importlib
+    command = argv[0] if argv else None
+    modules = (COMMAND_MODULES[command],) if command in COMMAND_MODULES else ALL_CLI_MODULES
     parser = OneLineParser(
         prog="clustersim",
         description="Simulate large-model training iterations and inference serving on GPU clusters.")
     parser.add_argument("--version", action="version", version=f"clustersim {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (sim_commands, serve_cli, serve_search_cli, analysis_cli, workload_cli, topo_cli, netsim_cli, compute_db_cli):
-        module.register(sub)
-    # `workload --chakra` writes traces in the simulator's schedule order with compute_db times: sim supplies
-    # that writer (workload_gen may not import sim)
-    from sim.chakra import run_workload_command
-    sub.choices["workload"].set_defaults(func=run_workload_command)
+    for name in modules:
+        importlib.import_module(name).register(sub)
+    if "workload" in sub.choices:
+        # `workload --chakra` writes traces in the simulator's schedule order with compute_db times: sim
+        # supplies that writer (workload_gen may not import sim)
+        from sim.chakra import run_workload_command
+        sub.choices["workload"].set_defaults(func=run_workload_command)
     return parser
 
 
@@ -133,9 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv in (["--version"], ["-V"]):  # answered before the subcommands' imports
         print(f"clustersim {version()}")
         return 0
-    parser = build_parser()
     if not argv:
         argv = ["run"]  # the built-in example is the default job
+    parser = build_parser(argv)
     args, extra = parser.parse_known_args(argv)
     if extra:
         _innermost(parser, argv).error(f"unrecognized arguments: {' '.join(extra)}")

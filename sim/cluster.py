@@ -23,9 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
+from sim.cluster_place import SCHEDULER_POLICIES, schedule
 from sim.errors import SimError
 
-PLACEMENTS = ("contiguous", "interleave", "spread", "file:PATH")
+PLACEMENTS = ("contiguous", "interleave", "spread", "first-fit", "rail-aligned", "file:PATH")
 _JOB_KEYS = ("name", "model", "workload", "placement", "start", "iterations", "world")
 
 
@@ -52,7 +53,7 @@ def parse_job(text: str, index: int = 0) -> JobSpec:
     if bool(model) == bool(workload):
         raise SimError(f"{where}: give model=NAME or workload=FILE (one of them)")
     placement = kv.pop("placement", "contiguous")
-    if placement not in PLACEMENTS[:3] and not placement.startswith("file:"):
+    if placement not in PLACEMENTS[:-1] and not placement.startswith("file:"):
         raise SimError(f"{where}: placement '{placement}' unknown (known: {', '.join(PLACEMENTS)})")
     try:
         start = float(kv.pop("start", "0"))
@@ -90,13 +91,16 @@ def build_workload(spec: JobSpec):
     return generate(model, plan)
 
 
-def place_jobs(worlds: list[int], placements: list[str], topology) -> list[list[int]]:
+def place_jobs(worlds: list[int], placements: list[str], topology, plans: list | None = None,
+               unavailable=()) -> list[list[int]]:
     """GPU ids (index = rank) of every job on the shared topology.
 
-    file:PATH: the mapping file (sim.placement.load_mapping), placed first. contiguous: the lowest free
-    GPU ids. interleave: the interleave jobs take free servers in turn (server 0 to the first, server 1
-    to the second, ...). spread: the job's servers evenly spaced over the free servers. Jobs never share
-    a GPU; a job without enough free GPUs is an error naming it.
+    file:PATH: the mapping file (sim.placement.load_mapping), placed first. The others in job order:
+    contiguous: the lowest free GPU ids. interleave: the interleave jobs take free servers in turn
+    (server 0 to the first, server 1 to the second, ...). spread: the job's servers evenly spaced over
+    the free servers. first-fit, rail-aligned: scheduler policies (sim.cluster_place; rail-aligned needs
+    the job's plan in `plans`). Jobs never share a GPU; a job without enough free GPUs is an error naming
+    it. `unavailable`: GPU ids (failed) that no policy but file: may use.
     """
     from sim.placement import load_mapping
     n = int(topology.num_gpus)
@@ -108,6 +112,8 @@ def place_jobs(worlds: list[int], placements: list[str], topology) -> list[list[
         servers.setdefault(s, []).append(g)
     used = np.zeros(n, dtype=bool)
     out: list[list[int] | None] = [None] * len(worlds)
+    blocked = np.zeros(n, dtype=bool)
+    blocked[list(unavailable)] = True
 
     def take(i: int, gpus: list[int]) -> None:
         gpus = gpus[: worlds[i]]
@@ -132,9 +138,15 @@ def place_jobs(worlds: list[int], placements: list[str], topology) -> list[list[
     def free_servers() -> list[int]:
         return [s for s, gs in sorted(servers.items()) if not used[gs].any()]
 
+    used |= blocked
     inter = [i for i, pl in enumerate(placements) if pl == "interleave"]
     for i, pl in enumerate(placements):
-        if pl == "contiguous":
+        if pl in SCHEDULER_POLICIES:
+            plan = plans[i] if plans is not None else None
+            if plan is None and pl == "rail-aligned":
+                raise SimError(f"job {i} (rail-aligned): the job's plan is needed to lay out its ranks")
+            take(i, schedule(pl, worlds[i], plan, topology, used, f"job {i} ({pl})"))
+        elif pl == "contiguous":
             take(i, [g for g in range(n) if not used[g]])
         elif pl == "spread":
             free = free_servers()
@@ -208,8 +220,13 @@ class ClusterReport:
 
 
 def simulate_cluster(specs: list[JobSpec], topology, *, gpu: str | None = None, db=None, network_options=None,
-                     net_calibration=None, overheads: bool = True, contention: bool = True) -> ClusterReport:
-    """Simulate the jobs alone and together on one flow network (module docstring)."""
+                     net_calibration=None, overheads: bool = True, contention: bool = True,
+                     faults=None) -> ClusterReport:
+    """Simulate the jobs alone and together on one flow network (module docstring).
+
+    faults: a topo.faults.FaultSet applied to the shared fabric; jobs are placed on the healthy
+    fabric (the automatic placements skip failed GPUs), then every job must be placeable on the faulted
+    one (sim.fabric_faults.check_placeable: one-line SimError naming the job) and all runs use it."""
     import netsim
     from sim.contention import ContentionModel
     from sim.inputs import default_gpu, resolve_default_nvlink
@@ -227,12 +244,25 @@ def simulate_cluster(specs: list[JobSpec], topology, *, gpu: str | None = None, 
     topology = resolve_default_nvlink(topology, gpu_spec)
     workloads = [build_workload(s) for s in specs]
     worlds = [int(w.plan.world_size) for w in workloads]
-    gpu_lists = place_jobs(worlds, [s.placement for s in specs], topology)
+    healthy, unavailable = topology, []
+    if faults:
+        from topo.faults import apply_faults, resolve_faults
+        failed = resolve_faults(healthy, faults).failed_nodes
+        unavailable = sorted(g for g in failed if g < healthy.num_gpus and healthy.nodes[g].kind == "gpu")
+        topology = apply_faults(healthy, faults)
+    gpu_lists = place_jobs(worlds, [s.placement for s in specs], healthy, [w.plan for w in workloads], unavailable)
     jobs = []
     for s, w, gl in zip(specs, workloads, gpu_lists):
+        pl = place(w.plan, topology, gl)
+        if faults:
+            from sim.fabric_faults import check_placeable
+            try:
+                check_placeable(healthy, faults, topology, pl)
+            except SimError as exc:
+                raise SimError(str(exc).replace("job unplaceable", f"job '{s.name}' unplaceable", 1)) from None
         times, _ = compute_op_times(w, gpu_spec.name, db)
         cm = ContentionModel(gpu_spec, bool(getattr(w.plan, "tp_comm_overlap", False))) if contention else None
-        jobs.append(_Job(s, w, place(w.plan, topology, gl), times, for_plan(w.plan) if overheads else None, cm))
+        jobs.append(_Job(s, w, pl, times, for_plan(w.plan) if overheads else None, cm))
     opts = dict(network_options or {})
     if net_calibration is not None:
         opts["net_calibration"] = net_calibration
@@ -258,6 +288,8 @@ def simulate_cluster(specs: list[JobSpec], topology, *, gpu: str | None = None, 
     links = _link_rows(net, topology, makespan, used, [j.spec.name for j in jobs])
     meta = {"topology_gpus": int(topology.num_gpus), "gpu": gpu_spec.name, "network": "flow", "sampling": "full",
             "overheads_model": "on" if overheads else "off", "contention_model": "on" if contention else "off"}
+    if faults:
+        meta["faults"] = faults.describe()
     return ClusterReport(jobs=rows, links=links, makespan_s=makespan, meta=meta, job_gpus=gpu_lists,
                          topology=topology)
 
@@ -334,10 +366,10 @@ def _ranges(ids: list[int]) -> str:
 
 
 def format_cluster(rep: ClusterReport, top_n: int = 8) -> str:
-    lines = [f"{'job':<14s}{'GPUs':>6s}  {'placement':<12s}{'start s':>9s}{'alone s':>12s}{'shared s':>12s}"
+    lines = [f"{'job':<14s}{'GPUs':>6s}  {'placement':<14s}{'start s':>9s}{'alone s':>12s}{'shared s':>12s}"
              f"{'slowdown':>10s}"]
     for r in rep.jobs:
-        lines.append(f"{r['name'][:13]:<14s}{r['world']:>6d}  {r['placement'][:11]:<12s}{r['start_s']:9.3f}"
+        lines.append(f"{r['name'][:13]:<14s}{r['world']:>6d}  {r['placement'][:13]:<14s}{r['start_s']:9.3f}"
                      f"{r['alone_s']:12.6f}{r['shared_s']:12.6f}{r['slowdown']:9.4f}x")
     lines.append(f"makespan {rep.makespan_s:.6f} s; hottest links (mean utilisation over the makespan):")
     for lk in rep.hot_links(top_n):
@@ -345,7 +377,7 @@ def format_cluster(rep: ClusterReport, top_n: int = 8) -> str:
     return "\n".join(lines)
 
 
-CLUSTER_FILES = ("summary.json", "summary.txt", "links.csv", "cluster.png")
+CLUSTER_FILES = ("summary.json", "summary.txt", "links.csv", "cluster.png", "report.html")
 
 
 def write_cluster_results(rep: ClusterReport, out: str | Path, top_n: int = 8, extra: dict | None = None,
@@ -373,4 +405,6 @@ def write_cluster_results(rep: ClusterReport, out: str | Path, top_n: int = 8, e
         if charts and rep.topology is not None:
             from sim.cluster_draw import draw_cluster
             draw_cluster(rep, rep.topology, rep.job_gpus, tmp / "cluster.png", top_n)
+        from sim.html.cluster_report import write_cluster_html
+        write_cluster_html(rep, tmp, top_n)   # report.html (embeds cluster.png)
     return atomic_dir(out, write, CLUSTER_FILES)

@@ -189,6 +189,8 @@ def summary_row(label: dict, rep=None, error: str = "") -> dict:
         vals += [rep.overhead_s, rep.bubble_s, rep.overlap_slowdown_s, rep.mfu, rep.tflops_per_gpu,
                  rep.tokens_per_s_per_gpu]
         row.update({k: f"{v:.6g}" if math.isfinite(v) else "n/a" for k, v in zip(keys, vals)})
+        from sim.straggler import straggler_columns
+        row.update(straggler_columns(rep.stragglers))
     row["error"] = error
     return row
 
@@ -259,7 +261,12 @@ def _job_from_args(args) -> dict:
             "gpu_type": args.gpu_type, "network": args.network, "sampling": args.sampling,
             "mapping": args.mapping, "db": args.db, "gpu_file": args.gpu_file,
             "net_calibration": args.net_calibration, "simai": _simai_options(args),
-            "faults": _fault_options(args)}
+            "faults": _fault_options(args), "stragglers": _straggler_options(args)}
+
+
+def _straggler_options(args) -> dict | None:
+    from sim.straggler import straggler_options
+    return straggler_options(args)
 
 
 def _fault_options(args) -> dict | None:
@@ -285,6 +292,9 @@ def _progress_wanted(args) -> bool:
 def cmd_run(args) -> int:
     from sim.report import format_summary, write_results
     from sim.train_cost import format_training
+    if getattr(args, "jobs", None):   # `run --job ... --job ...`: `clustersim cluster` (sim.cluster_cli)
+        from sim.cluster_cli import cmd_run_jobs
+        return cmd_run_jobs(args)
     if _is_default_run(args):
         job = dict(EXAMPLE_JOB)
         job.update({k: v for k, v in (("gpus", args.gpus), ("gpu", args.gpu), ("gpu_type", args.gpu_type),
@@ -400,6 +410,11 @@ def cmd_compare(args) -> int:
     if variants:   # healthy vs degraded side by side: every configuration under every fault set
         jobs = [({**label, "faults": name}, with_variant(job, name, items))
                 for label, job in jobs for name, items in variants]
+    from sim.straggler import straggler_variants, with_straggler_variant
+    svariants = straggler_variants(args)
+    if svariants:   # every configuration under every straggler set
+        jobs = [({**label, "stragglers": name}, with_straggler_variant(job, name, opts))
+                for label, job in jobs for name, opts in svariants]
     for _, job in jobs:
         check_job_faults(job)   # misspelt parts fail before any simulation
     if args.out != "-":
@@ -437,7 +452,7 @@ def cmd_compare(args) -> int:
         (tmp / "compare.json").write_text(json.dumps(entries, indent=2, default=str) + "\n")
         plot_compare(reports, tmp / "compare.png")
         from sim.html.compare_report import compare_html
-        (tmp / "report.html").write_text(compare_html(reports), encoding="utf-8")
+        (tmp / "report.html").write_text(compare_html(reports, [e.to_dict() for e in estimates]), encoding="utf-8")
     if args.out != "-":
         from sim.report import COMPARE_FILES
         out = atomic_dir(args.out, write, COMPARE_FILES)
@@ -503,6 +518,8 @@ def _csv_text(rows: list[dict]) -> str:
         for k in r:
             if k not in fields:
                 fields.append(k)
+    if "error" in fields:   # last even when an error row comes before rows with more columns
+        fields.append(fields.pop(fields.index("error")))
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     w.writeheader()
@@ -604,7 +621,8 @@ def register(subparsers) -> None:
     p.add_argument("--no-charts", action="store_true", help="skip PNG charts")
     p.add_argument("--no-trace", action="store_true", help="skip the Chrome trace")
     p.add_argument("--trace-ranks", metavar="LIST",
-                   help="ranks whose pipeline stages trace.json shows, e.g. 0,16 or 0-15 (default: every stage)")
+                   help="ranks trace.json shows, one process each with flow arrows between group members, "
+                        "e.g. 0,16 or 0-15 (default: one process per pipeline stage)")
     p.add_argument("--trace-links", metavar="N", type=int, default=8,
                    help="counter tracks of the N busiest links' utilisation in trace.json (flow network; "
                         "default 8, at most 32, 0: none)")
@@ -612,11 +630,10 @@ def register(subparsers) -> None:
     p.add_argument("--explain", action="store_true",
                    help="also print which parts of the time rest on measurements and which on models")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
-    p.add_argument("--straggler", action="append", metavar="RANK=FACTOR",
-                   help="rank whose kernels take FACTOR (>= 1) times as long (repeatable); the iteration is "
-                        "also simulated healthy and the slowdown and exposed straggler time are reported")
-    p.add_argument("--straggler-dist", metavar="lognormal:sigma=S,seed=N",
-                   help="every rank's kernel-time factor drawn as exp(S |z|), z ~ N(0,1), seeded")
+    from sim.straggler import add_straggler_arguments
+    add_straggler_arguments(p)
+    from sim.cluster_cli import add_run_job_argument
+    add_run_job_argument(p)
     from sim.simai_compat import add_run_arguments
     add_run_arguments(p)
     from sim.train_cost import add_training_arguments
@@ -631,6 +648,7 @@ def register(subparsers) -> None:
                    help="plan variant (repeatable): inline 'tp=8,pp=2' or a plan file")
     from sim.fabric_faults import add_variant_argument
     add_variant_argument(c)
+    add_straggler_arguments(c, variants=True)
     c.add_argument("--out", "-o", default="clustersim-compare", help="results directory ('-' = none)")
     c.add_argument("--quiet", "-q", action="store_true")
     add_training_arguments(c)
@@ -643,6 +661,7 @@ def register(subparsers) -> None:
     s.add_argument("--network-grid", dest="networks", action="append", choices=("flow", "analytical"))
     s.add_argument("--jobs", "-j", type=int, default=2, help="local worker processes without MPI (default 2)")
     s.add_argument("--out", "-o", default="clustersim-sweep.csv", help="CSV file (written atomically)")
+    add_straggler_arguments(s)
     add_training_arguments(s)
     s.set_defaults(func=cmd_sweep)
 

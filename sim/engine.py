@@ -457,6 +457,10 @@ class Engine:
                 self._push(latest[0], self._finish, handle)
 
         self.comm_count += len(reqs)
+        many = getattr(self.net, "submit_many", None)
+        if many is not None:      # one call: validation, choice and routing cached per group shape
+            many(reqs, now, on_done)
+            return
         for req in reqs:
             self.net.submit(req, now, on_done)
 

@@ -13,12 +13,13 @@ one FIFO stream per group kind, blocking / non-blocking ops and their wait point
 gradient reductions, pipeline sends on the pp_next / pp_prev streams, cross-stage rendezvous (mp,
 embedding), the host model of sim.overheads (launch gaps, host issue, .item() and batched-p2p
 synchronisations), the per-stage split (compute, exposed per group, overhead, bubble), the stage-0
-per-layer rows and the communication log. The log's order differs (stage by stage instead of by
-event time); the rows are the same.
-
-Also modelled: the overlap-contention model (sim.contention: a kernel's end is computed piecewise
-between the starts and ends of its rank's communication, as the engine does for arithmetically timed
-communication) and the trace entries (same tuples; their order is stage by stage).
+per-layer rows, the communication log, the overlap-contention model (sim.contention: a kernel's end
+is computed piecewise between the starts and ends of its rank's communication, as the engine does for
+arithmetically timed communication) and the trace entries. Differences: the log and the trace list
+operations stage by stage instead of by event time (same entries); at a batched-p2p device sync the
+engine can charge an overlap twice (it waits an arithmetically timed bucket, then blocks on a pipeline
+send from its earlier event time and sets the stage clock back; its split then exceeds the iteration
+time), where this module waits each operation once (same iteration time, compute, overhead, bubble).
 Not handled (applies() says why; sim.simulation then runs the event engine): a backend with
 contention (flow), stragglers. A kernel that runs while a cross-stage collective of its rank waits
 for a rendezvous that depends on later pipeline progress cannot be ordered arithmetically: run_fast

@@ -3,7 +3,8 @@
 Everything is written into a temporary directory beside the target and renamed into place when
 complete (an existing results directory is replaced only after the new one is fully written).
 Trace: one process per pipeline stage's representative rank (all ranks of a stage run the same
-program, so these ranks are the sampled subset of any job size); threads are the compute stream,
+program, so these ranks are the sampled subset of any job size), or per rank of --trace-ranks
+(sim.trace_ranks); threads are the compute stream,
 one communication stream per group kind and the pipeline receives; slices carry their arguments
 (sim.trace_args) and pipeline sends flow arrows to their receives. Times in the CSV are microseconds, bandwidths GiB/s (as SimAI).
 """
@@ -151,12 +152,16 @@ def chrome_trace(rep, ranks=None, links: int = TRACE_LINKS) -> dict:
     comm:pp_recv_grad thread over the same interval (NCCL runs a send/recv pair together), joined by a
     flow arrow (ph s -> f). A cross-stage collective (groups spanning stages: mp, embedding) is one
     instance on several shown stages: an arrow (s -> f) goes from the lowest shown stage's slice to the
-    slice of each other member. ranks: None (every stage) or ranks whose stages are shown (all ranks of
-    a stage run its representative's program; the representative is the simulated one).
+    slice of each other member. ranks: None (every stage's representative) or the ranks to show, one
+    process each (pid = rank) with its stage representative's timeline and flow arrows between the
+    members of every group kind among them (sim.trace_ranks); a report without a placement shows the
+    stages holding `ranks` instead.
     links: counter tracks (ph C) of the `links` hottest links' utilisation, in a process of their own
     (pid = world size, no rank has it), when the report carries link loads (flow backend).
     """
     stages = _trace_stages(rep, ranks)
+    if ranks is not None and getattr(rep, "placement", None) is not None:
+        return _ranks_trace(rep, ranks, links)
     shown = set(stages)
     asked: dict[int, list[int]] = {}
     for r in ranks or ():
@@ -226,24 +231,32 @@ def chrome_trace(rep, ranks=None, links: int = TRACE_LINKS) -> dict:
 def _collective_flows(events: list, members: dict, flow_id: int) -> int:
     """Arrows from the lowest shown stage's slice of each cross-stage collective instance to the other
     members' slices; returns the last flow id used."""
+    from sim.trace_ranks import add_member_flows
     for (group, _name, _ts), xs in members.items():
-        by_pid: dict[int, list[dict]] = {}
-        for x in xs:
-            by_pid.setdefault(x["pid"], []).append(x)
-        if len(by_pid) < 2:
-            continue
-        # the k-th slice of this key on one stage belongs with the k-th on the others (stream order)
-        order = sorted(by_pid, key=lambda p: by_pid[p][0]["args"].get("stage", 0))
-        for k in range(min(len(by_pid[p]) for p in order)):
-            root = by_pid[order[0]][k]
-            for p in order[1:]:
-                x = by_pid[p][k]
-                flow_id += 1
-                events.append({"ph": "s", "id": flow_id, "pid": root["pid"], "tid": root["tid"], "ts": root["ts"],
-                               "name": f"{group} collective", "cat": "coll_flow"})
-                events.append({"ph": "f", "bp": "e", "id": flow_id, "pid": x["pid"], "tid": x["tid"], "ts": x["ts"],
-                               "name": f"{group} collective", "cat": "coll_flow"})
+        flow_id = add_member_flows(events, xs, flow_id, lambda x: x["args"].get("stage", 0), f"{group} collective")
     return flow_id
+
+
+def _ranks_trace(rep, ranks, links: int) -> dict:
+    """chrome_trace with --trace-ranks: one process per requested rank (sim.trace_ranks)."""
+    from sim.trace_ranks import rank_trace
+    events: list = []
+    tids: dict[tuple[int, str], int] = {}
+    per_pid: dict[int, int] = {}
+
+    def tid_of(pid: int, thread: str) -> int:
+        tid = tids.get((pid, thread))
+        if tid is None:
+            tid = tids[(pid, thread)] = per_pid.get(pid, 0)
+            per_pid[pid] = tid + 1
+            events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": thread}})
+        return tid
+
+    other = rank_trace(rep, ranks, events, tid_of)
+    counters = _link_counters(events, rep, links)
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"generator": "clustersim", "iteration_time_s": rep.iteration_time_s, **other,
+                          "link_counters": counters}}
 
 
 def _link_counters(events: list, rep, links: int) -> dict:

@@ -431,7 +431,7 @@ def cmd_simai(args) -> int:
     from sim.cli import build_parser
     prog = MODES[args.mode]
     try:   # usage errors print their one line and exit 2 (SystemExit): returned, so main() callers see 2
-        parser = build_parser()
+        parser = build_parser(["run"])
         run_parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["run"]
         run_flags = {f for a in run_parser._actions for f in a.option_strings}
         run_argv, notes = translate(args.mode, list(args.args), dict(os.environ), run_flags)

@@ -65,6 +65,7 @@ class StepReport:
     stragglers: dict | None = None  # sim.straggler.straggler_section when stragglers were simulated
     # traced runs: {"links": [netsim.linktrace.LinkSeries of the hottest links], "note": str}
     link_loads: dict | None = field(default=None, repr=False)
+    placement: Placement | None = field(default=None, repr=False)   # ranks -> GPUs and groups (trace ranks)
 
     FORMULAS = {
         "mfu": "model FLOPs (no recompute) of all ranks / (world_size * iteration_time_s * peak dense FLOP/s of plan dtype)",
@@ -233,6 +234,8 @@ def simulate(workload, topology, *, gpu: str, network="flow", db=None, placement
             opts["net_calibration"] = net_calibration
         if trace and network == "flow":
             opts.setdefault("record_link_changes", True)   # link counters of the trace (netsim.linktrace)
+        if network == "flow":
+            opts.setdefault("keep_records", False)   # per-collective records: not read by the simulator
         backend = netsim.make_backend(network, topology, **opts)
         net_name = network
     else:
@@ -307,13 +310,13 @@ def simulate(workload, topology, *, gpu: str, network="flow", db=None, placement
         "wall_time_s": time.perf_counter() - t_wall,
     }
     from sim.fastpath import no_cyclic_gc
-    with no_cyclic_gc():    # 10^5 rows on large runs
+    with no_cyclic_gc():    # 10^5 rows and trace entries on large runs
         collective_rows = _collective_rows(res.comm_log, res.rep_ranks, eng.row_key)
-    trace_events, link_load_data = res.trace, None
-    if trace:
-        from sim.trace_args import annotate, link_loads
-        trace_events = annotate(res.trace, times, sources, eng, backend)
-        link_load_data = link_loads(backend)
+        trace_events, link_load_data = res.trace, None
+        if trace:
+            from sim.trace_args import annotate, link_loads
+            trace_events = annotate(res.trace, times, sources, eng, backend)
+            link_load_data = link_loads(backend)
     return StepReport(
         iteration_time_s=T, compute_s=compute, exposed_comm_s=exposed, bubble_s=bubble,
         # NaN when the workload does not say (SimAI files carry kernel times, no FLOPs or sequence length)
@@ -325,7 +328,7 @@ def simulate(workload, topology, *, gpu: str, network="flow", db=None, placement
         rep_ranks=res.rep_ranks, rep_gpus=[pl.gpu_of(r) for r in res.rep_ranks], memory=memory,
         collectives=collective_rows,
         rank_stage=[pl.stage_of(r) for r in range(world)], stragglers=section,
-        link_loads=link_load_data)
+        link_loads=link_load_data, placement=pl)
 
 
 def _collective_rows(log, rep_ranks, row_key) -> list[dict]:

@@ -26,10 +26,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from sim.errors import SimError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy is imported inside the functions: the CLI's argument helpers below are imported to build --help
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,7 @@ def make_spec(fixed: list[str] | None = None, dist: str | None = None) -> Stragg
 
 def rank_factors(spec: StragglerSpec, world: int) -> np.ndarray:
     """Kernel-time factor of every rank (length world)."""
+    import numpy as np
     if spec.sigma is not None:
         z = np.random.default_rng(spec.seed).standard_normal(world)
         f = np.exp(spec.sigma * np.abs(z))
@@ -147,6 +152,7 @@ def exposed_straggler_s(healthy, slow, dp: int) -> dict:
 def straggler_section(spec: StragglerSpec, factors: np.ndarray, per_stage: list[float], healthy, slow,
                       placement) -> dict:
     """The `stragglers` section of summary.json (plain data)."""
+    import numpy as np
     slow_ranks = np.flatnonzero(factors > 1.0)
     top = slow_ranks[np.argsort(-factors[slow_ranks], kind="stable")][:8]
     return {
@@ -169,6 +175,7 @@ def _dp_size(placement) -> int:
 
 def _one_replica(factors: np.ndarray, placement) -> bool:
     """True when every rank slower than nominal has the same data-parallel index."""
+    import numpy as np
     rows = placement.rank_groups("dp")            # a row: one rank of each replica, in dp order
     replica = np.empty(int(placement.world_size), dtype=np.int64)
     for j in range(rows.shape[1]):
@@ -186,3 +193,85 @@ def format_straggler(sec: dict) -> str:
              "  exposed straggler time    " + "  ".join(f"{k} {e[k]:.6f} s" for k in ("TP", "CP", "EP", "DP", "PP")),
              f"  ({sec['approximation']})"]
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- flags of run / compare / sweep
+def add_straggler_arguments(p, variants: bool = False) -> None:
+    """--straggler, --straggler-dist (and compare's --straggler-variant)."""
+    p.add_argument("--straggler", action="append", metavar="RANK=FACTOR",
+                   help="rank whose kernels take FACTOR (>= 1) times as long (repeatable); the iteration is "
+                        "also simulated healthy and the slowdown and exposed straggler time are reported")
+    p.add_argument("--straggler-dist", metavar="lognormal:sigma=S,seed=N",
+                   help="every rank's kernel-time factor drawn as exp(S |z|), z ~ N(0,1), seeded")
+    if variants:
+        p.add_argument("--straggler-variant", dest="straggler_variants", action="append", metavar="NAME=SPEC",
+                       help="straggler set to compare (repeatable): NAME=RANK=FACTOR[,RANK=FACTOR...] or "
+                            "NAME=lognormal:sigma=S,seed=N (both: join with ';'); 'healthy=' for none; "
+                            "added to --straggler/--straggler-dist")
+
+
+def straggler_options(args) -> dict | None:
+    """The job's "stragglers" entry ({"fixed": [...], "dist": ...}) from parsed flags, checked; None
+    without straggler flags."""
+    fixed = list(getattr(args, "straggler", None) or [])
+    dist = getattr(args, "straggler_dist", None)
+    if not fixed and not dist:
+        return None
+    make_spec(fixed, dist)
+    return {"fixed": fixed, "dist": dist}
+
+
+def parse_variant(text: str) -> tuple[str, dict]:
+    """'NAME=SPEC' of --straggler-variant -> (name, {"fixed": [...], "dist": ...}); SPEC: ';'-separated
+    parts, each 'lognormal:...' (the distribution) or comma-separated RANK=FACTOR items; empty: none."""
+    name, eq, spec = text.partition("=")
+    where = f"--straggler-variant '{text}'"
+    if not eq or not name.strip():
+        raise SimError(f"{where}: expected NAME=SPEC, e.g. slow3=3=1.2 or healthy=")
+    fixed, dist = [], None
+    for part in filter(None, (x.strip() for x in spec.split(";"))):
+        if ":" in part.split("=", 1)[0]:
+            if dist is not None:
+                raise SimError(f"{where}: two distributions")
+            dist = part
+        else:
+            fixed += [x.strip() for x in part.split(",") if x.strip()]
+    opts = {"fixed": fixed, "dist": dist}
+    try:
+        make_spec(fixed, dist)
+    except SimError as exc:
+        raise SimError(f"{where}: {exc}") from None
+    return name.strip(), opts
+
+
+def straggler_variants(args) -> list[tuple[str, dict]]:
+    """[(name, straggler options)] of compare's --straggler-variant (names unique)."""
+    out = [parse_variant(t) for t in getattr(args, "straggler_variants", None) or []]
+    names = [n for n, _ in out]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup:
+        raise SimError(f"--straggler-variant: name '{dup}' given twice")
+    return out
+
+
+def with_straggler_variant(job: dict, name: str, opts: dict) -> dict:
+    """A copy of `job` with a compare variant's stragglers added to its own (one distribution at most)."""
+    base = job.get("stragglers") or {"fixed": [], "dist": None}
+    if base.get("dist") and opts.get("dist"):
+        raise SimError(f"--straggler-variant {name}: --straggler-dist already gives a distribution")
+    merged = {"fixed": list(base.get("fixed") or []) + list(opts["fixed"]), "dist": base.get("dist") or opts["dist"]}
+    try:
+        make_spec(merged["fixed"], merged["dist"])
+    except SimError as exc:
+        raise SimError(f"--straggler-variant {name}: {exc}") from None
+    if not merged["fixed"] and not merged["dist"]:
+        return dict(job, stragglers=None)
+    return dict(job, stragglers=merged)
+
+
+def straggler_columns(sec: dict | None) -> dict:
+    """Columns of compare / sweep rows for a run with stragglers (empty without)."""
+    if not sec:
+        return {}
+    return {"healthy_iteration_time_s": f"{sec['healthy_iteration_time_s']:.6g}",
+            "straggler_slowdown": f"{sec['slowdown']:.6g}"}

@@ -27,8 +27,45 @@ def _bars(names: Sequence[str], splits: Sequence[Sequence[float]], what: str) ->
     return legend([(split_label(SPLIT_KEYS[i]), COLORS[SPLIT_KEYS[i]]) for i in used]) + svg
 
 
-def compare_html(reports: Sequence[tuple[dict, object]]) -> str:
-    """reports: (label {dimension: value}, StepReport) per configuration, in the command's order."""
+_TRAIN_COLS = (("goodput", ("goodput", "goodput"), ".2%", 1.0), ("$ per iteration", ("iteration_usd",), ".4f", 1.0),
+               ("$ per million tokens", ("usd_per_million_tokens",), ".4f", 1.0),
+               ("facility energy per iteration (kJ)", ("iteration_energy", "facility_j"), ".2f", 1e-3),
+               ("kWh per million tokens", ("kwh_per_million_tokens",), ".4f", 1.0),
+               ("iterations to train", ("iterations",), ",.0f", 1.0), ("days to train", ("wall_time_days",), ".2f", 1.0),
+               ("$ to train", ("total_usd",), ",.0f", 1.0), ("MWh to train", ("total_facility_mwh",), ".2f", 1.0))
+
+
+def _get(d, path: tuple):
+    for k in path:
+        d = d.get(k) if isinstance(d, dict) else None
+    return d
+
+
+def training_section(labels: Sequence[dict], keys: Sequence[str], training: Sequence[dict | None]) -> str:
+    """Cost and energy per configuration (compare.json "training", sim.train_cost to_dict); the "to train"
+    columns only when a configuration has them (--train-tokens)."""
+    to_train = any(t and t.get("train_tokens") is not None for t in training)
+    cols = [c for c in _TRAIN_COLS if to_train or c[1][0] not in ("iterations", "wall_time_days", "total_usd",
+                                                                  "total_facility_mwh")]
+    known = [number(_get(t, ("usd_per_million_tokens",))) for t in training if t]
+    known = [v for v in known if v is not None]
+    best = min(known) if known else None
+    rows = []
+    for lab, t in zip(labels, training):
+        per = number(_get(t, ("usd_per_million_tokens",))) if t else None
+        rows.append([lab.get(k, "") for k in keys] + [_get(t, path) if t else None for _, path, _, _ in cols]
+                    + [t.get("price_source", "") if t else "", per / best if per is not None and best else None])
+    tcols = ([Col(k, None) for k in keys] + [Col(head, spec, scale=scale) for head, _, spec, scale in cols]
+             + [Col("price source", None), Col("$ per token vs best", ".3f", "x")])
+    note = ("Per configuration (compare.json \"training\"): $ = GPUs x $/GPU-hour x time; energy = facility "
+            "energy (PUE) of the iteration's busy and idle GPU time plus CPU, NIC and switch power; per million "
+            "tokens and to train include the expected goodput (failures, checkpoints and restarts).")
+    return section("Training cost and energy", table(tcols, rows, table_id="t-training"), "training", note)
+
+
+def compare_html(reports: Sequence[tuple[dict, object]], training: Sequence[dict | None] | None = None) -> str:
+    """reports: (label {dimension: value}, StepReport) per configuration, in the command's order;
+    training: per configuration its sim.train_cost estimate as a dict (compare.json "training"), or None."""
     keys: list[str] = []
     for lab, _ in reports:
         keys += [k for k in lab if k not in keys]
@@ -70,6 +107,8 @@ def compare_html(reports: Sequence[tuple[dict, object]]) -> str:
     parts = [section("Headline", cards(head), "headline"),
              section("Iteration time by configuration", bars, "bars"),
              section("Side by side", table(cols, rows, table_id="t-compare"), "compare", note)]
+    if training and any(training):
+        parts.append(training_section([lab for lab, _ in reports], keys, training))
     return page("clustersim compare", sub, parts)
 
 

@@ -188,6 +188,48 @@ def timeline(rep, max_elements: int = 20000) -> str:
     return section("Timeline", legend([(k, _TIMELINE_COLORS[k]) for k in used]) + svg, "timeline", note)
 
 
+def stragglers_and_faults(rep) -> str:
+    """The run's stragglers (StepReport.stragglers, sim.straggler) and failed or degraded fabric parts
+    (meta "faults", sim.fabric_faults); "" when it had neither."""
+    sec, faults = rep.stragglers, rep.meta.get("faults")
+    if not sec and not faults:
+        return ""
+    body = ""
+    if faults:
+        body += (f"<p class='note'>Fabric faults: {esc(faults)}. Failed cables and nodes are removed from the "
+                 "topology and degraded ones run at the given share of their capacity; every group is simulated "
+                 "on the network (no symmetric sampling), so the times above are those of the faulty fabric.</p>")
+    if sec:
+        e = sec["exposed_straggler_s"]
+        body += cards([
+            Card("healthy iteration", sec["healthy_iteration_time_s"], fmt(sec["healthy_iteration_time_s"], ".6f", " s"),
+                 "the same run with every rank at nominal speed", "stragglers.healthy_iteration_time_s"),
+            Card("with stragglers", sec["iteration_time_s"], fmt(sec["iteration_time_s"], ".6f", " s"),
+                 "= the iteration time of this report", "stragglers.iteration_time_s"),
+            Card("slowdown", sec["slowdown"], fmt(sec["slowdown"], ".4f", "x"), "with stragglers / healthy",
+                 "stragglers.slowdown"),
+            Card("slow ranks", sec["slow_ranks"], f"{sec['slow_ranks']:,}", f"model: {sec['model']}",
+                 "stragglers.slow_ranks")])
+        rows = [[k, e.get(k, 0.0)] for k in REPORT_KEYS]
+        body += ("<p class='note'>Exposed straggler time per group: the longest a healthy member waits for the "
+                 "slow one (TP/CP/EP: at its next collective; PP: the added wait for pipeline data; DP: at the "
+                 "gradient synchronisation).</p>"
+                 + table([Col("group", None), Col("exposed straggler time (s)", ".6f")], rows,
+                         table_id="t-straggler-exposed", foot=["total", sum(r[1] for r in rows)]))
+        stage_rows = [[i, f, rep.rep_ranks[i] if i < len(rep.rep_ranks) else None]
+                      for i, f in enumerate(sec["stage_factors"])]
+        body += table([Col("stage", ".0f"), Col("kernel-time factor of its slowest rank", ".4g"),
+                       Col("representative rank", ".0f")], stage_rows, table_id="t-straggler-stages")
+        slow = [[r["rank"], r["factor"]] for r in sec["slowest_ranks"]]
+        if slow:
+            body += ("<p class='note'>Slowest ranks (at most 8):</p>"
+                     + table([Col("rank", ".0f"), Col("factor", ".4g")], slow, table_id="t-straggler-ranks"))
+        body += f"<p class='note'>{esc(sec['approximation'])}.</p>"
+    note = ("Stragglers: each stage's representative runs at the kernel-time factor of the stage's slowest rank "
+            "(sim.straggler; docs/sim.md \"Stragglers\").") if sec else ""
+    return section("Stragglers and faults", body, "stragglers", note)
+
+
 def exposed_groups(rep) -> str:
     n = max(len(rep.stages), 1)
     cols = [Col("group", None)] + [Col(f"stage {s['stage']} (s)", ".6f") for s in rep.stages] + \
@@ -240,17 +282,24 @@ def memory(rep, workload=None) -> str:
     return section("Memory per stage", table(cols, rows, table_id="t-memory", foot=foot), "memory", note)
 
 
-def _topology_png(topology, tmp_dir: Path | None) -> bytes | None:
-    """topo.draw's PNG of the fabric, drawn through a temporary file (deleted)."""
+def _topology_svg(topology, tmp_dir: Path | None) -> bytes | None:
+    """topo.draw's picture of the fabric as SVG (vector, text as text: faster to make than a PNG and
+    sharp at any zoom), drawn through a temporary file (deleted)."""
     from topo.draw import draw_topology
-    fd, path = tempfile.mkstemp(prefix=".topology.", suffix=".png", dir=tmp_dir)
+    fd, path = tempfile.mkstemp(prefix=".topology.", suffix=".svg", dir=tmp_dir)
     os.close(fd)
     try:
-        draw_topology(topology, path)
+        draw_topology(topology, path, fmt="svg")
         return Path(path).read_bytes()
     finally:
         if os.path.exists(path):
             os.unlink(path)
+
+
+def image_tag(data: bytes, mime: str, alt: str, cls: str = "topo") -> str:
+    """An <img> holding `data` as a data: URL (an SVG in an <img> cannot run scripts or fetch)."""
+    return (f"<img class='{esc(cls)}' alt='{esc(alt)}' src='data:{mime};base64,"
+            + base64.b64encode(data).decode("ascii") + "'>")
 
 
 def topology_section(topology, picture: bool = True, tmp_dir: Path | None = None) -> str:
@@ -271,10 +320,9 @@ def topology_section(topology, picture: bool = True, tmp_dir: Path | None = None
     body = (f"<p class='note'>{esc(t.name or 'topology')}: {t.num_gpus:,} x {esc(t.gpu_type)}, "
             f"{t.num_servers:,} servers, NVLink domain {t.nvlink_domain_size}; nodes: {esc(tier_txt)}.</p>")
     if picture:
-        png = _topology_png(t, tmp_dir)
-        if png:
-            body += ("<img class='topo' alt='topology drawing' src='data:image/png;base64,"
-                     + base64.b64encode(png).decode("ascii") + "'>")
+        picture_svg = _topology_svg(t, tmp_dir)
+        if picture_svg:
+            body += image_tag(picture_svg, "image/svg+xml", "topology drawing")
     else:
         body += "<p class='note'>Drawing skipped (--no-charts).</p>"
     body += table(cols, rows, table_id="t-topology", foot=["total", sum(r[1] for r in rows), None,
@@ -337,7 +385,9 @@ def title_of(rep) -> tuple[str, str]:
     sub = (f"tp {m.get('tp')} pp {m.get('pp')} cp {m.get('cp')} ep {m.get('ep')} dp {m.get('dp')} "
            f"vpp {m.get('vpp')} | {m.get('num_microbatches')} micro-batches ({m.get('schedule')}) | "
            f"global batch {m.get('global_batch_size')} x {m.get('seq_length')} tokens | {m.get('dtype')} | "
-           f"fabric {m.get('fabric') or '?'} | network {m.get('network')}")
+           f"fabric {m.get('fabric') or '?'} | network {m.get('network')}"
+           + (f" | faults: {m['faults']}" if m.get("faults") else "")
+           + (" | with stragglers" if rep.stragglers else ""))
     return title, sub
 
 
@@ -371,7 +421,7 @@ def run_html(rep, workload=None, topology=None, picture: bool = True, tmp_dir: P
     title, sub = title_of(rep)
     parts = [section("Headline", headline(rep), "headline"),
              section("How each number was obtained", provenance(rep), "provenance"),
-             breakdown(rep), timeline(rep), exposed_groups(rep), memory(rep, workload),
+             stragglers_and_faults(rep), breakdown(rep), timeline(rep), exposed_groups(rep), memory(rep, workload),
              topology_section(topology, picture, tmp_dir), layers(rep), collectives(rep)]
     parts += [extra_section(k, v) for k, v in (sections or {}).items() if v is not None]
     return page(title, sub, parts)

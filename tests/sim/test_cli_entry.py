@@ -89,3 +89,30 @@ def test_help_builds_every_command_without_heavy_imports():
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_command_modules_match_what_each_module_registers():
+    """A command line naming a subcommand imports only COMMAND_MODULES[command]: that table must say
+    exactly which module registers each command (a new command missing from it is still reachable: the
+    whole parser is built for names not in the table)."""
+    import argparse
+    import importlib
+
+    from sim.cli import ALL_CLI_MODULES, COMMAND_MODULES, build_parser
+    registered = {}
+    for name in ALL_CLI_MODULES:
+        sub = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(name).register(sub)
+        registered.update({cmd: name for cmd in sub.choices})
+    assert registered == COMMAND_MODULES
+    for cmd, module in COMMAND_MODULES.items():
+        sub = next(a for a in build_parser([cmd])._actions if isinstance(a, argparse._SubParsersAction))
+        assert set(sub.choices) == {c for c, m in COMMAND_MODULES.items() if m == module}
+
+
+def test_run_does_not_import_other_commands_code():
+    code = ("import sys; from sim.cli import build_parser; build_parser(['run', '--help-not-parsed']); "
+            "print(sorted(m for m in ('sim.serve.cli', 'sim.chakra', 'compute_db.cli', 'netsim.cli', "
+            "'sim.analysis.cli') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"

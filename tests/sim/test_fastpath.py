@@ -233,3 +233,23 @@ def test_fast_path_known_iteration_time():
     assert st.bubble_s == 0.0 and st.overhead_s == 0.0
     assert [h.name for h in res.comm_log] == ["A", "B", "A", "B"]
     assert res.bypassed == 4 and res.comm_count == 0
+
+
+def test_no_cyclic_gc_restores_the_collector_state():
+    import gc
+
+    from sim.fastpath import no_cyclic_gc
+    assert gc.isenabled()
+    with no_cyclic_gc():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with no_cyclic_gc():
+            pass
+        assert not gc.isenabled()      # a caller's disabled collector stays disabled
+    finally:
+        gc.enable()
+    with pytest.raises(ValueError), no_cyclic_gc():
+        raise ValueError("x")
+    assert gc.isenabled()

@@ -37,7 +37,7 @@ def run_dir(tmp_path_factory):
 def compare_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("html") / "cmp"
     assert main(["compare", *SMALL, "-n", "analytical", "-t", "spectrum-x", "--plan", "tp=2",
-                 "--plan", "tp=4", "-o", str(out)]) == 0
+                 "--plan", "tp=4", "--train-tokens", "1e9", "-o", str(out)]) == 0
     return out
 
 
@@ -46,6 +46,28 @@ def serve_dir(tmp_path_factory):
     """The default `clustersim serve` (1,000 requests)."""
     out = tmp_path_factory.mktemp("html") / "serve"
     assert main(["serve", "-q", "-o", str(out)]) == 0
+    return out
+
+
+TINY = """name: tiny
+num_layers: 2
+hidden_size: 2048
+num_attention_heads: 16
+ffn_hidden_size: 8192
+vocab_size: 32000
+seq_length: 2048
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster_dir(tmp_path_factory):
+    """`clustersim cluster`: two interleaved jobs of 16 GPUs on an oversubscribed fabric (they slow down)."""
+    d = tmp_path_factory.mktemp("html")
+    (d / "tiny.yaml").write_text(TINY)
+    job = f"model={d / 'tiny.yaml'},tp=8,dp=2,global_batch_size=4,micro_batch_size=1,placement=interleave"
+    out = d / "cluster"
+    assert main(["cluster", "--job", f"name=A,{job}", "--job", f"name=B,{job}", "-t",
+                 "non-rail:nics_per_asw=16,tor_oversubscription=4", "--top", "3", "-o", str(out)]) == 0
     return out
 
 
@@ -136,8 +158,9 @@ def test_run_report_is_self_contained_and_headline_equals_summary(run_dir):
     assert "backend &#x27;flow&#x27;" in text and "compute_db &#x27;shipped&#x27;" in text
     for src, share in summary["compute_sources"].items():
         assert f"{src} {100 * share:.1f}%" in text
-    # the topology drawing is embedded as a data: PNG (no file beside the page is needed)
-    assert "src='data:image/png;base64,iVBORw0KGgo" in text
+    # the topology drawing is embedded as a data: SVG (no file beside the page is needed)
+    assert "src='data:image/svg+xml;base64,PD94bWwgdmVyc2lvb" in text
+    assert "id='stragglers'" not in text            # no stragglers, no faults: no such section
 
 
 def test_run_report_tables_reproduce_the_summary(run_dir):
@@ -195,7 +218,7 @@ def test_report_without_charts_and_trace_still_complete(tmp_path):
     text, p = _page(out)
     _assert_self_contained(text, p)
     assert "No timeline" in text and "Drawing skipped (--no-charts)" in text
-    assert "data:image/png" not in text
+    assert "data:image/" not in text
     assert float(p.keys["iteration_time_s"]) == json.loads((out / "summary.json").read_text())["iteration_time_s"]
 
 
@@ -210,6 +233,83 @@ def test_compare_report(compare_dir):
     assert float(p.keys["iteration_time_s"]) == min(d["iteration_time_s"] for d in data)
     assert min(_col(t, "vs best")) == 1.0
     assert text.count("<svg ") == 1
+    # the per-configuration training estimates (compare.json "training"), full precision in data-v
+    tr = p.tables["t-training"]
+    assert [(r[0][1], r[1][1]) for r in tr["body"]] == [(d["label"]["fabric"], d["label"]["plan"]) for d in data]
+    for head, path in (("goodput", ("goodput", "goodput")), ("$ per iteration", ("iteration_usd",)),
+                       ("$ per million tokens", ("usd_per_million_tokens",)),
+                       ("facility energy per iteration (kJ)", ("iteration_energy", "facility_j")),
+                       ("days to train", ("wall_time_days",)), ("$ to train", ("total_usd",)),
+                       ("MWh to train", ("total_facility_mwh",))):
+        assert _col(tr, head) == [_at(d["training"], ".".join(path)) for d in data], head
+    per = [d["training"]["usd_per_million_tokens"] for d in data]
+    assert _col(tr, "$ per token vs best") == [v / min(per) for v in per]
+
+
+def test_run_report_shows_stragglers_and_faults(tmp_path):
+    out = tmp_path / "r"
+    assert main(["run", *SMALL, "-n", "analytical", "--no-charts", "--straggler", "5=1.2", "--degrade",
+                 "spine:0=0.5", "-o", str(out)]) == 0
+    text, p = _page(out)
+    _assert_self_contained(text, p)
+    s = json.loads((out / "summary.json").read_text())
+    sec = s["stragglers"]
+    for key in ("stragglers.healthy_iteration_time_s", "stragglers.iteration_time_s", "stragglers.slowdown",
+                "stragglers.slow_ranks"):
+        assert float(p.keys[key]) == _at(s, key), key
+    assert sec["iteration_time_s"] == s["iteration_time_s"] and sec["slowdown"] > 1.0
+    ex = p.tables["t-straggler-exposed"]
+    assert [r[0][1] for r in ex["body"]] == ["TP", "CP", "EP", "DP", "PP"]
+    assert _col(ex, "exposed straggler time (s)") == [sec["exposed_straggler_s"][k] for k in ("TP", "CP", "EP", "DP", "PP")]
+    assert _col(p.tables["t-straggler-stages"], "kernel-time factor of its slowest rank") == sec["stage_factors"] == [1.2, 1.0]
+    assert _col(p.tables["t-straggler-ranks"], "rank") == [5.0]
+    # the faults: in the subtitle and the section, as summary.json's meta names them
+    assert s["meta"]["faults"] == "spine:0 at 0.5 of its capacity"
+    assert text.count("spine:0 at 0.5 of its capacity") == 2 and "Fabric faults:" in text
+
+
+def test_cluster_report(cluster_dir):
+    text, p = _page(cluster_dir)
+    _assert_self_contained(text, p)
+    s = json.loads((cluster_dir / "summary.json").read_text())
+    t = p.tables["t-jobs"]
+    assert [r[0][1] for r in t["body"]] == [j["name"] for j in s["jobs"]] == ["A", "B"]
+    for head, key in (("alone (s)", "alone_s"), ("shared (s)", "shared_s"), ("slowdown", "slowdown")):
+        assert _col(t, head) == [j[key] for j in s["jobs"]], head
+    assert float(p.keys["makespan_s"]) == s["makespan_s"]
+    links = p.tables["t-links"]
+    assert [r[0][1] for r in links["body"]] == [lk["name"] for lk in s["hot_links"]] and len(links["body"]) == 3
+    assert _col(links, "utilisation") == [lk["utilization"] for lk in s["hot_links"]]
+    # slowdown bars: per job a bar of its alone time and one of what sharing adds, ending in its slowdown
+    bars = next(x for x in re.findall(r"<svg .*?</svg>", text, re.S) if "slowdown per job" in x)
+    for j in s["jobs"]:
+        assert f"{j['name']}: alone {j['alone_s']:.6g}" in bars and f"{j['slowdown']:.4f}x" in bars
+    # cluster.png embedded byte for byte
+    import base64
+    png = (cluster_dir / "cluster.png").read_bytes()
+    assert "src='data:image/png;base64," + base64.b64encode(png).decode("ascii") + "'" in text
+
+
+def test_topology_svg_output(tmp_path):
+    from topo.draw import draw_topology
+    from topo.templates import build
+    t = build("spectrum-x", gpus=16)
+    a, b = tmp_path / "a.svg", tmp_path / "b.svg"
+    draw_topology(t, str(a), fmt="svg")
+    draw_topology(t, str(b), fmt="svg")
+    svg = a.read_text()
+    assert svg.startswith("<?xml") and "<svg " in svg and a.read_bytes() == b.read_bytes()   # no date, fixed ids
+    assert ">gpu (16)</text>" in svg                                          # labels kept as text, not glyph paths
+    from PIL import Image
+    widths = []
+    for dpi in (40, 80):
+        draw_topology(t, str(tmp_path / f"c{dpi}.png"), dpi=dpi)
+        with Image.open(tmp_path / f"c{dpi}.png") as im:
+            widths.append(im.size[0])
+    assert abs(widths[1] - 2 * widths[0]) <= 1                            # pixels = inches x dpi
+    with pytest.raises(ValueError, match="fmt 'jpg' is not one of png, svg"):
+        draw_topology(t, str(tmp_path / "d.jpg"), fmt="jpg")
+    assert not list(tmp_path.glob(".topo-draw.*"))                         # no temporary file left
 
 
 def test_labels_are_escaped():
@@ -311,7 +411,7 @@ def _check_png(png: bytes) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("which", ["run", "compare", "serve"])
+@pytest.mark.parametrize("which", ["run", "compare", "serve", "cluster"])
 def test_report_in_headless_chromium(which, request, tmp_path):
     exe = find_chromium()
     if exe is None:
@@ -329,8 +429,8 @@ def test_report_in_headless_chromium(which, request, tmp_path):
         shot = _shot_dir(tmp_path) / f"report_{which}.png"
         shot.write_bytes(v.screenshot)
         _check_png(v.screenshot)
-        table = {"run": "t-collectives", "compare": "t-compare", "serve": "t-requests"}[which]
-        col = {"run": 10, "compare": 2, "serve": 5}[which]
+        table = {"run": "t-collectives", "compare": "t-compare", "serve": "t-requests", "cluster": "t-links"}[which]
+        col = {"run": 10, "compare": 2, "serve": 5, "cluster": 4}[which]
         # sorting by clicking a header: descending after two clicks, numbers by their data-v
         js = ("(function(){var t=document.getElementById('TABLE');var th=t.tHead.rows[0].cells[COL];"
               "th.click();th.click();return [th.getAttribute('aria-sort'),"
@@ -341,6 +441,9 @@ def test_report_in_headless_chromium(which, request, tmp_path):
         assert state == "descending" and len(vals) > 1
         assert vals == sorted(vals, reverse=True)
         assert b.evaluate("document.querySelectorAll('svg').length") >= 1
+        if which in ("run", "cluster"):      # the embedded picture (SVG / PNG data: URL) decodes and has a size
+            assert b.evaluate("(function(){var i=document.querySelector('img.topo');"
+                              "return i.complete?i.naturalWidth:-1;})()") > 300
 
 
 @pytest.mark.slow

@@ -177,3 +177,68 @@ def test_rank_out_of_range_and_duplicates():
         make_spec(["2=1.5", "2=1.1"])
     with pytest.raises(SimError, match="need 1 finite factors >= 1"):
         run(_dp_workload(), None, [0.5])
+
+
+# ---------------------------------------------------------------- compare / sweep flags
+def test_straggler_variant_spec():
+    from sim.straggler import parse_variant, with_straggler_variant
+    assert parse_variant("healthy=") == ("healthy", {"fixed": [], "dist": None})
+    assert parse_variant("two=3=1.2,9=1.5") == ("two", {"fixed": ["3=1.2", "9=1.5"], "dist": None})
+    assert parse_variant("both=lognormal:sigma=0.05,seed=1;3=1.5") == (
+        "both", {"fixed": ["3=1.5"], "dist": "lognormal:sigma=0.05,seed=1"})
+    job = {"stragglers": {"fixed": ["1=1.1"], "dist": None}}
+    assert with_straggler_variant(job, "two", {"fixed": ["3=1.2"], "dist": None})["stragglers"] == {
+        "fixed": ["1=1.1", "3=1.2"], "dist": None}
+    assert with_straggler_variant({"stragglers": None}, "healthy", {"fixed": [], "dist": None})["stragglers"] is None
+    with pytest.raises(SimError, match=r"^--straggler-variant 'x': expected NAME=SPEC"):
+        parse_variant("x")
+    with pytest.raises(SimError, match=r"^--straggler-variant 'bad=3=0.5': --straggler '3=0.5': factor must be"):
+        parse_variant("bad=3=0.5")
+    with pytest.raises(SimError, match=r"^--straggler-variant two: --straggler: rank 1 given twice$"):
+        with_straggler_variant(job, "two", {"fixed": ["1=1.3"], "dist": None})
+
+
+TINY = "name: tiny\nnum_layers: 2\nhidden_size: 1024\nnum_attention_heads: 8\nffn_hidden_size: 4096\n" \
+       "vocab_size: 32000\nseq_length: 1024\n"
+
+
+def test_compare_straggler_variants(tmp_path, capsys):
+    import csv
+
+    from sim.cli import main
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    out = tmp_path / "cmp"
+    rc = main(["compare", "-m", str(tmp_path / "tiny.yaml"), "--tp", "4", "--dp", "2", "--global-batch", "4",
+               "-t", "spectrum-x", "--gpus", "8", "--straggler-variant", "healthy=",
+               "--straggler-variant", "slow=5=1.5", "-o", str(out), "-q"])
+    assert rc == 0
+    rows = list(csv.DictReader((out / "compare.csv").open()))
+    assert [(r["fabric"], r["stragglers"]) for r in rows] == [("spectrum-x", "healthy"), ("spectrum-x", "slow")]
+    healthy, slow = rows
+    assert list(slow)[-1] == "error" and healthy["straggler_slowdown"] == ""
+    # the straggler run's own healthy reference is the healthy variant's time
+    assert float(slow["healthy_iteration_time_s"]) == pytest.approx(float(healthy["iteration_time_s"]), rel=1e-5)
+    assert float(slow["iteration_time_s"]) > float(healthy["iteration_time_s"])
+    assert float(slow["straggler_slowdown"]) == pytest.approx(
+        float(slow["iteration_time_s"]) / float(healthy["iteration_time_s"]), rel=1e-5)
+    capsys.readouterr()
+    assert main(["compare", "--straggler-variant", "a=1=2", "--straggler-variant", "a=", "-o", "-", "-q"]) == 2
+    assert capsys.readouterr().err.strip() == "clustersim: error: --straggler-variant: name 'a' given twice"
+
+
+def test_sweep_with_a_straggler(tmp_path, capsys):
+    import csv
+
+    from sim.cli import main
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    out = tmp_path / "sw.csv"
+    rc = main(["sweep", "-m", str(tmp_path / "tiny.yaml"), "--tp", "4", "--global-batch", "4", "-t", "spectrum-x",
+               "--grid", "dp=1,2", "--straggler", "0=1.5", "-j", "1", "-o", str(out)])
+    assert rc == 0
+    rows = list(csv.DictReader(out.open()))
+    assert [r["dp"] for r in rows] == ["1", "2"] and all(r["error"] == "" for r in rows)
+    for r in rows:
+        assert float(r["straggler_slowdown"]) > 1.0
+        assert float(r["iteration_time_s"]) > float(r["healthy_iteration_time_s"])
+    assert main(["sweep", "-m", "aicb-7", "--straggler", "0=0.5", "-o", str(tmp_path / "x.csv")]) == 2
+    assert "--straggler '0=0.5': factor must be" in capsys.readouterr().err

@@ -66,16 +66,79 @@ def test_every_pipeline_send_has_a_flow_arrow_to_its_receive(trace, rep):
         assert r["dur"] == s["dur"] and r["args"]["from_stage"] == s["args"]["stage"]
 
 
-def test_trace_ranks_selects_stages(rep):
+def test_trace_ranks_draws_one_process_per_rank(rep):
     only = chrome_trace(rep, [17, 20])            # ranks 16..31 are stage 1 (PP outermost)
     counters = only["otherData"]["link_counters"]["pid"]       # the network's process (pid = world size)
     pids = {e["pid"] for e in only["traceEvents"]}
-    assert pids == {16, counters} and counters == 32
-    assert only["otherData"]["stages_shown"] == [1] and only["otherData"]["pipeline_flows"] == 0
-    name = next(e["args"]["name"] for e in only["traceEvents"] if e["name"] == "process_name")
-    assert name == "rank 16 (stage 1, GPU 16); stands for rank(s) 17, 20 of the stage"
+    assert pids == {17, 20, counters} and counters == 32
+    od = only["otherData"]
+    assert od["ranks_shown"] == [17, 20] and od["stages_shown"] == [1] and od["pipeline_flows"] == 0
+    # 17 and 20 share no tp (4-blocks), dp (same r % 4) or mp (same dp index) group: no arrow
+    assert od["collective_flows"] == 0 and not [e for e in only["traceEvents"] if e["ph"] in ("s", "f")]
+    names = {e["pid"]: e["args"]["name"] for e in only["traceEvents"] if e["name"] == "process_name"}
+    assert names[17] == ("rank 17 (stage 1, GPU 17): timeline of stage 1's representative rank 16 "
+                         "(all ranks of a stage run the same program)")
+    # both show the representative's program: the same slices
+    def slices(pid):
+        return [(e["name"], e["ts"], e["dur"]) for e in only["traceEvents"] if e["ph"] == "X" and e["pid"] == pid]
+    assert slices(17) == slices(20) and len(slices(17)) > 1000
     with pytest.raises(SimError, match=r"--trace-ranks: rank 32 is not a rank of this job \(0..31\)"):
         chrome_trace(rep, [32])
+
+
+# The example's groups from its plan alone (tp 4, pp 2, dp 4, rank order tp-cp-ep-dp-pp: tp varies
+# fastest, then dp, then pp), independent of sim.placement.
+_GROUP_OF = {"tp": lambda r: r // 4, "dp": lambda r: (r // 16, r % 4), "mp": lambda r: (r // 4) % 4,
+             "pp": lambda r: r % 16, "embedding": lambda r: r % 16}
+
+
+def _arrows(trace):
+    ev = trace["traceEvents"]
+    s = [e for e in ev if e["ph"] == "s"]
+    f = {}
+    for e in ev:
+        if e["ph"] == "f":
+            assert e["id"] not in f, "two finishes with one id"
+            f[e["id"]] = e
+    assert len({e["id"] for e in s}) == len(s) == len(f) and {e["id"] for e in s} == set(f)
+    return [(e, f[e["id"]]) for e in s]
+
+
+def test_trace_ranks_arrows_join_members_of_one_group(rep):
+    ranks = [0, 1, 5, 16, 17]
+    trace = json.loads(json.dumps(chrome_trace(rep, ranks)))
+    ev = trace["traceEvents"]
+    pairs = _arrows(trace)                     # every "s" has exactly one "f" with the same id
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+    count: dict = {}
+    for s, f in pairs:
+        assert s["pid"] != f["pid"] and s["ts"] == f["ts"]
+        kind = "pp" if s["cat"] == "pp_flow" else s["name"].removesuffix(" collective")
+        assert _GROUP_OF[kind](s["pid"]) == _GROUP_OF[kind](f["pid"]), (kind, s, f)
+        count[(kind, s["pid"], f["pid"])] = count.get((kind, s["pid"], f["pid"]), 0) + 1
+    def n(pid, thread):      # slices of one stream of a stage representative (rank 0: stage 0, 16: stage 1)
+        return sum(1 for e in ev if e["ph"] == "X" and e["pid"] == pid and threads[(pid, e["tid"])] == thread)
+    n_tp0, n_tp1, n_dp = n(0, "comm:tp"), n(16, "comm:tp"), n(0, "comm:dp")
+    assert n_tp0 > 100 and n_tp1 > 100 and n_dp > 0 and n(0, "comm:mp") == n(16, "comm:mp") == 1
+    # tp {0, 1} and {16, 17}: every tp collective of their stage; dp {1, 5}: every dp collective of stage 0;
+    # mp {0, 1, 16, 17}: from 0; pipeline: 8 activations 0->16 and 1->17, 8 gradients back; rank 5's
+    # partner 21 is not traced
+    assert count == {("tp", 0, 1): n_tp0, ("tp", 16, 17): n_tp1, ("dp", 1, 5): n_dp,
+                     ("mp", 0, 1): 1, ("mp", 0, 16): 1, ("mp", 0, 17): 1,
+                     ("pp", 0, 16): 8, ("pp", 16, 0): 8, ("pp", 1, 17): 8, ("pp", 17, 1): 8}
+    od = trace["otherData"]
+    assert od["pipeline_flows"] == 32 and od["collective_flows"] == n_tp0 + n_tp1 + n_dp + 3
+    assert od["collective_flows_by_group"] == {"dp": n_dp, "mp": 3, "tp": n_tp0 + n_tp1}
+    # each pipeline arrow lands on a receive slice of the partner
+    recv = {(e["pid"], e["ts"]) for e in ev if e["ph"] == "X" and e["name"].startswith("recv ")}
+    assert all((f["pid"], f["ts"]) in recv for s, f in pairs if s["cat"] == "pp_flow")
+
+
+def test_default_trace_has_one_process_per_stage(trace, rep):
+    pids = {e["pid"] for e in trace["traceEvents"] if e["ph"] == "X"}
+    assert pids == set(rep.rep_ranks) == {0, 16}
+    assert "ranks_shown" not in trace["otherData"]
+    _arrows(trace)
 
 
 def test_parse_ranks():
