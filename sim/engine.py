@@ -627,6 +627,35 @@ def default_row_key(op) -> str:
     return name.rstrip("0123456789").rstrip("_") or "other"
 
 
+def segment_ops(eng, prog, cache: dict, seg, record: bool, factor: float = 1.0):
+    """Ops of one segment (direction, chunk, micro-batch) of a stage program with their durations (s,
+    times `factor`), layer-row keys (when `record`) and whether it carries explicit pipeline markers;
+    cached in `cache`: the lists differ only for the first and last micro-batch. Shared by the event
+    engine and sim.fastpath so both replay exactly the same ops."""
+    d, c, mb = seg
+    m = eng.m
+    key = (d, c, mb == 0, mb == m - 1)
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    if d == "start":
+        ops = list(prog.iteration_start)
+    elif d == "end":
+        ops = list(prog.iteration_end)
+    else:
+        chunk = prog.chunks[c]
+        src = chunk.forward if d == "fwd" else chunk.backward
+        ops = [op for op in src if op.microbatch == "all" or (op.microbatch == "first" and mb == 0)
+               or (op.microbatch == "last" and mb == m - 1)]
+    durs = [0.0 if op.is_comm else float(eng.op_time_s(op)) for op in ops]
+    if factor != 1.0:
+        durs = [d * factor for d in durs]
+    rows = [(eng.row_key(op), column_of(op)) for op in ops] if record else None
+    explicit = any(op.is_comm and op.group == "pp" for op in ops)
+    hit = cache[key] = (ops, durs, rows, explicit)
+    return hit
+
+
 class _StageRun:
     """State machine of one stage's representative rank."""
 
@@ -807,33 +836,9 @@ class _StageRun:
                 seen.add(id(h))
                 yield h
 
-    # ops of one segment for this micro-batch (cached: the lists differ only for the first/last mb)
     def _segment_ops(self, seg):
         """(ops, durations, layer-row keys or None, explicit pipeline markers present)."""
-        d, c, mb = seg
-        m = self.eng.m
-        key = (d, c, mb == 0, mb == m - 1)
-        hit = self.seg_cache.get(key)
-        if hit is not None:
-            return hit
-        if d == "start":
-            ops = list(self.prog.iteration_start)
-        elif d == "end":
-            ops = list(self.prog.iteration_end)
-        else:
-            chunk = self.prog.chunks[c]
-            src = chunk.forward if d == "fwd" else chunk.backward
-            ops = [op for op in src if op.microbatch == "all" or (op.microbatch == "first" and mb == 0)
-                   or (op.microbatch == "last" and mb == m - 1)]
-        eng = self.eng
-        durs = [0.0 if op.is_comm else float(eng.op_time_s(op)) for op in ops]
-        if self.factor != 1.0:
-            durs = [d * self.factor for d in durs]
-        rows = [(eng.row_key(op), column_of(op)) for op in ops] if self.record else None
-        explicit = any(op.is_comm and op.group == "pp" for op in ops)
-        hit = (ops, durs, rows, explicit)
-        self.seg_cache[key] = hit
-        return hit
+        return segment_ops(self.eng, self.prog, self.seg_cache, seg, self.record, self.factor)
 
     def _vstage(self, c: int) -> int:
         return c * self.eng.p + self.stage
@@ -856,6 +861,11 @@ class _StageRun:
             return False
         if handle.done:
             return False
+        if self.clock > self.eng._now:
+            # arithmetic waits (fast handles) moved this stage past the engine's event time: block from
+            # there, not from now (else the overlap is charged twice and the clock set back on resume)
+            self.eng._push(self.clock, self.step)
+            return True
         self.blocked_since = self.eng._now
         self.blocked_on = what
         handle.waiters.append(self._resume)

@@ -16,10 +16,7 @@ synchronisations), the per-stage split (compute, exposed per group, overhead, bu
 per-layer rows, the communication log, the overlap-contention model (sim.contention: a kernel's end
 is computed piecewise between the starts and ends of its rank's communication, as the engine does for
 arithmetically timed communication) and the trace entries. Differences: the log and the trace list
-operations stage by stage instead of by event time (same entries); at a batched-p2p device sync the
-engine can charge an overlap twice (it waits an arithmetically timed bucket, then blocks on a pipeline
-send from its earlier event time and sets the stage clock back; its split then exceeds the iteration
-time), where this module waits each operation once (same iteration time, compute, overhead, bubble).
+operations stage by stage instead of by event time (same entries).
 Not handled (applies() says why; sim.simulation then runs the event engine): a backend with
 contention (flow), stragglers. A kernel that runs while a cross-stage collective of its rank waits
 for a rendezvous that depends on later pipeline progress cannot be ordered arithmetically: run_fast
@@ -33,7 +30,7 @@ import math
 from contextlib import contextmanager
 
 from netsim.api import CollectiveRequest
-from sim.engine import _CROSS_STAGE, EngineResult, Handle, StageStats, column_of, report_group
+from sim.engine import _CROSS_STAGE, EngineResult, Handle, StageStats, column_of, report_group, segment_ops
 from sim.errors import SimError
 from sim.schedule import stage_tasks
 from workload_gen.workload import CommOp
@@ -138,28 +135,7 @@ class FastRun:
             self.ready.append(st)
 
     def _segment_ops(self, st: _Stage, seg):
-        d, c, mb = seg
-        eng = self.eng
-        m = eng.m
-        key = (d, c, mb == 0, mb == m - 1)
-        hit = st.seg_cache.get(key)
-        if hit is not None:
-            return hit
-        if d == "start":
-            ops = list(st.prog.iteration_start)
-        elif d == "end":
-            ops = list(st.prog.iteration_end)
-        else:
-            chunk = st.prog.chunks[c]
-            src = chunk.forward if d == "fwd" else chunk.backward
-            ops = [op for op in src if op.microbatch == "all" or (op.microbatch == "first" and mb == 0)
-                   or (op.microbatch == "last" and mb == m - 1)]
-        durs = [0.0 if op.is_comm else float(eng.op_time_s(op)) for op in ops]
-        rows = [(eng.row_key(op), column_of(op)) for op in ops] if st.record else None
-        explicit = any(op.is_comm and op.group == "pp" for op in ops)
-        hit = (ops, durs, rows, explicit)
-        st.seg_cache[key] = hit
-        return hit
+        return segment_ops(self.eng, st.prog, st.seg_cache, seg, st.record)
 
     def _needs(self, st: _Stage, seg) -> Handle | None:
         d, c, mb = seg
