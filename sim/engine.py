@@ -627,6 +627,19 @@ def default_row_key(op) -> str:
     return name.rstrip("0123456789").rstrip("_") or "other"
 
 
+def send_target(eng, prog, vs: int, direction: str, mb: int, size: int | None):
+    """A pipeline send of virtual stage `vs`: (destination virtual stage, bytes, the key its receiver
+    waits on, the sender's stream). Activations ('fwd') go to vs + 1 with the sender's pp_send_bytes,
+    gradients ('bwd') to vs - 1 with the receiver's (its activation size)."""
+    if direction == "fwd":
+        dst_vs = vs + 1
+        size = int(prog.pp_send_bytes) if size is None else size
+        return dst_vs, size, ("act", dst_vs, mb), "pp_next"
+    dst_vs = vs - 1
+    size = int(eng.w.stages[dst_vs % eng.p].pp_send_bytes) if size is None else size
+    return dst_vs, size, ("grad", dst_vs, mb), "pp_prev"
+
+
 def segment_ops(eng, prog, cache: dict, seg, record: bool, factor: float = 1.0):
     """Ops of one segment (direction, chunk, micro-batch) of a stage program with their durations (s,
     times `factor`), layer-row keys (when `record`) and whether it carries explicit pipeline markers;
@@ -1036,17 +1049,7 @@ class _StageRun:
         """Send activation ('fwd') or gradient ('bwd') of virtual chunk c, micro-batch mb."""
         eng = self.eng
         p = eng.p
-        vs = self._vstage(c)
-        if direction == "fwd":
-            dst_vs = vs + 1
-            size = int(self.prog.pp_send_bytes) if size is None else size
-            key = ("act", dst_vs, mb)
-            stream = "pp_next"
-        else:
-            dst_vs = vs - 1
-            size = int(eng.w.stages[dst_vs % p].pp_send_bytes) if size is None else size
-            key = ("grad", dst_vs, mb)
-            stream = "pp_prev"
+        dst_vs, size, key, stream = send_target(eng, self.prog, self._vstage(c), direction, mb, size)
         dst_stage = dst_vs % p
         handle = eng._avail.setdefault(key, Handle(kind="pp", name=f"{key[0]} vs{dst_vs} mb{mb}"))
         if size <= 0 or dst_stage == self.stage:

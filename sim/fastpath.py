@@ -30,7 +30,16 @@ import math
 from contextlib import contextmanager
 
 from netsim.api import CollectiveRequest
-from sim.engine import _CROSS_STAGE, EngineResult, Handle, StageStats, column_of, report_group, segment_ops
+from sim.engine import (
+    _CROSS_STAGE,
+    EngineResult,
+    Handle,
+    StageStats,
+    column_of,
+    report_group,
+    segment_ops,
+    send_target,
+)
 from sim.errors import SimError
 from sim.schedule import stage_tasks
 from workload_gen.workload import CommOp
@@ -309,17 +318,7 @@ class FastRun:
     def _send(self, st: _Stage, direction: str, c: int, mb: int, size: int | None = None) -> None:
         eng = self.eng
         p = eng.p
-        vs = c * p + st.stage
-        if direction == "fwd":
-            dst_vs = vs + 1
-            size = int(st.prog.pp_send_bytes) if size is None else size
-            key = ("act", dst_vs, mb)
-            stream = "pp_next"
-        else:
-            dst_vs = vs - 1
-            size = int(eng.w.stages[dst_vs % p].pp_send_bytes) if size is None else size
-            key = ("grad", dst_vs, mb)
-            stream = "pp_prev"
+        dst_vs, size, key, stream = send_target(eng, st.prog, c * p + st.stage, direction, mb, size)
         dst_stage = dst_vs % p
         h = self.avail.setdefault(key, Handle(kind="pp", name=f"{key[0]} vs{dst_vs} mb{mb}"))
         now = st.clock
