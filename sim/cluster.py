@@ -55,18 +55,11 @@ def parse_job(text: str, index: int = 0) -> JobSpec:
     placement = kv.pop("placement", "contiguous")
     if placement not in PLACEMENTS[:-1] and not placement.startswith("file:"):
         raise SimError(f"{where}: placement '{placement}' unknown (known: {', '.join(PLACEMENTS)})")
-    try:
-        start = float(kv.pop("start", "0"))
-    except ValueError:
-        raise SimError(f"{where}: start must be a number of seconds") from None
-    if not math.isfinite(start) or start < 0:
+    from sim.inputs import parse_number
+    start = parse_number(kv.pop("start", "0"), where, "start (s)")
+    if start < 0:
         raise SimError(f"{where}: start must be >= 0 s")
-    try:
-        iterations = int(kv.pop("iterations", "1"))
-    except ValueError:
-        raise SimError(f"{where}: iterations must be an integer") from None
-    if iterations < 1:
-        raise SimError(f"{where}: iterations must be >= 1")
+    iterations = parse_number(kv.pop("iterations", "1"), where, "iterations", int, 1)
     if "world" in kv:
         kv["world_size"] = kv.pop("world")
     if workload and kv:

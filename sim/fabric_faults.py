@@ -69,11 +69,8 @@ def fault_variants(args) -> list[tuple[str, str]]:
         from topo.faults import parse_variant_items
         parse_variant_items(items, f"--faults-variant {name.strip()}")
         out.append((name.strip(), items))
-    names = [n for n, _ in out]
-    dup = next((n for n in names if names.count(n) > 1), None)
-    if dup:
-        raise SimError(f"--faults-variant: name '{dup}' given twice")
-    return out
+    from sim.inputs import unique_names
+    return unique_names(out, "--faults-variant")
 
 
 def with_variant(job: dict, name: str, items: str) -> dict:

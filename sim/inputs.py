@@ -17,6 +17,31 @@ SIMAI_POLICIES = ("HYBRID_TRANSFORMER_FWD_IN_BCKWD", "MICRO", "DATA", "HYBRID_TR
 PLAN_FIELDS = {f.name: f for f in dataclasses.fields(ParallelPlan)}
 
 
+def parse_number(text: str, where: str, what: str, kind: type = float, minimum: float | None = None):
+    """A flag's numeric field (float or int) from text: finite, >= `minimum` when given; a one-line
+    SimError '<where>: <what> ...' otherwise."""
+    import math
+    try:
+        value = kind(text.strip())
+    except ValueError:
+        raise SimError(f"{where}: {what} '{text.strip()}' is not {'an integer' if kind is int else 'a number'}") from None
+    finite = kind is int or math.isfinite(value)
+    if not finite or (minimum is not None and value < minimum):
+        bound = "" if minimum is None else f">= {minimum:g}"
+        rule = " and ".join(filter(None, ["finite" if kind is float else "", bound]))
+        raise SimError(f"{where}: {what} must be {rule}, got {text.strip()}")
+    return value
+
+
+def unique_names(variants: list[tuple[str, object]], flag: str) -> list[tuple[str, object]]:
+    """compare's named variants (--faults-variant, --straggler-variant): each name once."""
+    names = [n for n, _ in variants]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup:
+        raise SimError(f"{flag}: name '{dup}' given twice")
+    return variants
+
+
 def _first_token(path: Path) -> str:
     with open(path, "rb") as fh:
         head = fh.read(256)

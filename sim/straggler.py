@@ -70,13 +70,8 @@ def parse_straggler(text: str) -> tuple[int, float]:
     rank_text, sep, fac_text = text.partition("=")
     if not sep:
         raise SimError(f"{where}: expected RANK=FACTOR, e.g. 3=1.2")
-    try:
-        rank = int(rank_text.strip())
-    except ValueError:
-        raise SimError(f"{where}: rank '{rank_text.strip()}' is not an integer") from None
-    if rank < 0:
-        raise SimError(f"{where}: rank must be >= 0")
-    return rank, _factor(fac_text.strip(), where)
+    from sim.inputs import parse_number
+    return parse_number(rank_text, where, "rank", int, 0), _factor(fac_text.strip(), where)
 
 
 def parse_straggler_dist(text: str) -> tuple[float, int]:
@@ -93,17 +88,8 @@ def parse_straggler_dist(text: str) -> tuple[float, int]:
         kv[k.strip()] = v.strip()
     if "sigma" not in kv:
         raise SimError(f"{where}: sigma=S is required")
-    try:
-        sigma = float(kv["sigma"])
-    except ValueError:
-        raise SimError(f"{where}: sigma '{kv['sigma']}' is not a number") from None
-    if not math.isfinite(sigma) or sigma < 0:
-        raise SimError(f"{where}: sigma must be finite and >= 0")
-    try:
-        seed = int(kv.get("seed", "0"))
-    except ValueError:
-        raise SimError(f"{where}: seed '{kv['seed']}' is not an integer") from None
-    return sigma, seed
+    from sim.inputs import parse_number
+    return parse_number(kv["sigma"], where, "sigma", float, 0), parse_number(kv.get("seed", "0"), where, "seed", int)
 
 
 def make_spec(fixed: list[str] | None = None, dist: str | None = None) -> StragglerSpec:
@@ -247,11 +233,8 @@ def parse_variant(text: str) -> tuple[str, dict]:
 def straggler_variants(args) -> list[tuple[str, dict]]:
     """[(name, straggler options)] of compare's --straggler-variant (names unique)."""
     out = [parse_variant(t) for t in getattr(args, "straggler_variants", None) or []]
-    names = [n for n, _ in out]
-    dup = next((n for n in names if names.count(n) > 1), None)
-    if dup:
-        raise SimError(f"--straggler-variant: name '{dup}' given twice")
-    return out
+    from sim.inputs import unique_names
+    return unique_names(out, "--straggler-variant")
 
 
 def with_straggler_variant(job: dict, name: str, opts: dict) -> dict:
