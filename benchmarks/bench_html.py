@@ -3,8 +3,8 @@
 
 - run_report_no_picture: run_html of the built-in example (32 x H100, TP4 x PP2 x DP4, flow network,
   with its trace) without the topology drawing, as with --no-charts. Simulation excluded from the time.
-- run_report_with_picture: the same with topo.draw's SVG embedded (as a default run with charts; the run's
-  breakdown chart is drawn first, as write_results does, so matplotlib is imported and warm).
+- run_report_with_picture: the same with the topology picture embedded (as a default run with charts:
+  topo.draw_svg's native SVG, no matplotlib).
 - serve_report: serve_html of the built-in serving example (1,000 requests).
 Run: python benchmarks/bench_html.py [case substring ...]
 """
@@ -26,12 +26,6 @@ def _example_run():
 
 def _time_run_report(picture: bool) -> str:
     rep, workload, topology = _example_run()
-    if picture:   # the run's own PNG charts come first: matplotlib is imported and warm
-        import tempfile
-
-        from sim.report import plot_breakdown
-        with tempfile.TemporaryDirectory() as d:
-            plot_breakdown(rep, Path(d) / "b.png")
     from sim.html.run_report import run_html
     t0 = time.perf_counter()
     text = run_html(rep, workload, topology, picture=picture)

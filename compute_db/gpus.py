@@ -101,6 +101,10 @@ def _parse(data: object, source: str) -> dict[str, GPUSpec]:
     return specs
 
 
+# libyaml's safe loader when PyYAML was built with it (same documents, ~10x faster to parse)
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load_gpu_file(path: str | Path) -> dict[str, GPUSpec]:
     """Read a GPU spec YAML file (layout of compute_db/data/gpus.yaml) -> {name: GPUSpec}."""
     path = Path(path)
@@ -109,7 +113,7 @@ def load_gpu_file(path: str | Path) -> dict[str, GPUSpec]:
     except FileNotFoundError:
         raise ComputeDBError(f"{path}: GPU spec file not found") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_SAFE_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""

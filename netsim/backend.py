@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from netsim import analytical as ana
 from netsim.api import CollectiveRequest
 from netsim.calibration import FAMILY, PROTOCOL_NAMES
-from netsim.engine import FlowEngine
 from netsim.errors import NetsimError
 from netsim.netcal import NetCalibration
 from netsim.protocol import HopContext, NetModel, parse_protocol
@@ -283,6 +282,7 @@ class FlowNetwork:
         self.options = dict(use_numba=use_numba, check_invariants=check_invariants,
                             record_flows=record_flows, record_link_timeline=record_link_timeline,
                             record_link_changes=record_link_changes)
+        from netsim.engine import FlowEngine  # not imported by analytical runs
         self.engine = FlowEngine(self.planner.view.capacity_Bps, **self.options)
         self.records: list[CollectiveRecord] = []
         self._in_flight = 0

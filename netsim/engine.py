@@ -5,107 +5,179 @@ than once); it waits `latency_s` after being added (per-flow start overhead + pr
 transfers `nbytes` at its max-min fair rate; rates are recomputed whenever a flow starts or finishes.
 Incremental (default): max-min rates decompose over the connected components of the flow-link graph,
 so an event re-solves only the flows connected (through shared links) to the flows that started or
-finished; the others keep their rates. The result is the full re-solve's, bit for bit (same
-bottleneck order and arithmetic within a component; tests/netsim/test_netsim_incremental.py).
+finished; the others keep their rates (the same bottleneck order and arithmetic as a full solve).
+Per-event work is proportional to that component, not to the flows in flight: the link -> flows
+index is kept incrementally, progress is lazy (a flow's bytes left are brought up to date only when
+its rate changes) and the next departure comes from a heap of finish times (netsim._flowcore, numba
+when installed, the same code as plain Python otherwise). `incremental=False` re-solves every flow
+at every event (for comparisons); netsim.engine_reference.ReferenceFlowEngine is the previous,
+vectorised engine that advances every flow at every event (the tests' oracle).
 Ignored: packets, queues, congestion control dynamics, head-of-line blocking.
 
 Invariants (checked when `check_invariants=True`): no link carries more than its capacity at any
-instant; the bytes delivered to a flow (integral of its rate) equal its size; at idle every flow has
-completed. Runs are deterministic: flows are ordered by id, ties by insertion order.
+instant; a flow completes with its bytes delivered; at idle every flow has completed. Runs are
+deterministic: flows are ordered by activation, ties by insertion order.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from importlib.util import find_spec
 
 import numpy as np
 
+from netsim import _flowcore as fc
 from netsim.errors import NetsimError
-from netsim.maxmin import compact_links, component_mask, maxmin_rates
+from netsim.flowrecord import FlowRecord
+from netsim.maxmin import numba_available
 
+__all__ = ["FlowEngine", "FlowRecord", "LINK_CHANGES_LIMIT"]
+
+# automatic kernel choice: compiled (numba) kernels once the plain ones have spent this long in
+# re-solves, about what loading numba's cached code costs a process (see FlowEngine.__init__)
+COMPILE_AFTER_S = 1.0
 # record_link_changes keeps at most this many (link, load) entries (16 bytes each, about 320 MB)
 LINK_CHANGES_LIMIT = 20_000_000
-# at most this many (flow, link) entries in flight: a full re-solve with the dict-based solver is
-# cheaper than finding the connected component first
-_SMALL_ENTRIES = 64
-_EMPTY_I = np.zeros(0, dtype=np.int64)
-_EMPTY_F = np.zeros(0, dtype=np.float64)
-
-
-@dataclass
-class FlowRecord:
-    """Completed flow: for statistics (flow completion times)."""
-    flow_id: int
-    nbytes: float
-    added_s: float
-    start_s: float      # when it began to transfer (after its latency)
-    end_s: float
+_I = np.int64
+_NO_I = np.zeros(0, dtype=_I)
+_NO_F = np.zeros(0, dtype=np.float64)
 
 
 class FlowEngine:
     """Flows over links with fixed capacities (bytes/s).
 
     add_flow(...) -> id; next_event_time(); advance(until_s). Callbacks `on_done(flow_id, t_s)` fire in
-    advance() and may add flows.
+    advance() and may add flows. use_numba: None (plain-Python kernels until they have spent
+    COMPILE_AFTER_S in re-solves, then compiled ones when numba is installed), True (compiled), False (plain Python: slow
+    on large runs, for comparisons); all three give the same results bit for bit.
     """
 
     def __init__(self, capacity_Bps, *, use_numba: bool | None = None, check_invariants: bool = False,
                  record_flows: bool = False, record_link_timeline: bool = False,
                  record_link_changes: bool = False, incremental: bool = True):
-        self.capacity_Bps = np.asarray(capacity_Bps, dtype=np.float64)
+        self.capacity_Bps = np.ascontiguousarray(capacity_Bps, dtype=np.float64)
+        if use_numba and not numba_available():
+            raise NetsimError("use_numba=True but numba is not installed")
         self.use_numba = use_numba
+        # automatic: plain kernels first, compiled ones once the plain ones have cost as much as loading
+        # numba (~1 s per process; about 14 s to compile once per install), which a small run would
+        # not earn back. Both give bit-identical results, so where the switch falls (a wall-clock
+        # matter) never changes an output.
+        self._plain_left_s = COMPILE_AFTER_S if use_numba is None and find_spec("numba") is not None else math.inf
+        self._set_kernels(bool(use_numba))
         self.check_invariants = check_invariants
         self.record_flows = record_flows
         self.record_link_timeline = record_link_timeline
         self.record_link_changes = record_link_changes
+        self.incremental = incremental
         self.now_s = 0.0
-        self._links: list[np.ndarray] = []
-        self._w: list[np.ndarray] = []
+        n_links = len(self.capacity_Bps)
+        # per flow (all flows ever added): links and weights until it starts, then None
+        self._links: list[np.ndarray | None] = []
+        self._w: list[np.ndarray | None] = []
         self._bytes: list[float] = []
         self._cap: list[float] = []
         self._cb: list[Callable[[int, float], None] | None] = []
         self._added: list[float] = []
         self._started: list[float] = []
-        self._delivered: list[float] = []
         self._pending: list[tuple[float, int]] = []   # (activation time, flow id)
-        self._act_ids = _EMPTY_I
-        self._act_rem = _EMPTY_F
-        self._act_rate = _EMPTY_F
-        # CSR of the active flows, maintained incrementally (vectorised filtering on departures)
-        self._act_lens = _EMPTY_I
-        self._act_fl = _EMPTY_I
-        self._act_fw = _EMPTY_F
-        self._act_caps = _EMPTY_F
-        self._link_load = np.zeros(len(self.capacity_Bps))
-        self._used = _EMPTY_I          # links carrying active flows, and their loads (B/s)
-        self._used_load = _EMPTY_F
-        self._fin = _EMPTY_F
+        # kernel state (layouts in netsim._flowcore)
+        self._sc = np.zeros(fc.N_SC, dtype=_I)
+        self._si = np.zeros((0, fc.N_SI), dtype=_I)
+        self._sf = np.zeros((0, fc.N_SF))
+        self._free = _NO_I
+        self._seeds = _NO_I
+        self._comp_slots = _NO_I
+        self._ei = np.zeros((0, fc.N_EI), dtype=_I)
+        self._ew = _NO_F
+        self._li = np.zeros((n_links, fc.N_LI), dtype=_I)
+        self._li[:, fc.L_HEAD] = -1
+        self._lf = np.zeros((n_links, fc.N_LF))
+        self._seedl = np.zeros(n_links, dtype=_I)
+        self._comp_links = np.zeros(n_links, dtype=_I)
+        self._out_load = np.zeros(n_links)
+        self._hk = _NO_F
+        self._hs = np.zeros((0, 2), dtype=_I)
+        self._out_fid = _NO_I
+        self._out_left = _NO_F
+        self._out_rate = _NO_F
+        self._grow_slots(64)
+        self._grow_entries(1024)
         self._fin_min = math.inf
         self._dirty = False
         self._n_done = 0
-        self.link_bytes = np.zeros(len(self.capacity_Bps))   # bytes carried per link (weighted)
         self.flow_records: list[FlowRecord] = []
         self.link_timeline: list[tuple[float, np.ndarray]] = []  # (t_s, load_Bps from t_s on)
         # sparse form (record_link_changes): (t_s, link ids whose load changed, their load_Bps from t_s on)
         self.link_changes: list[tuple[float, np.ndarray, np.ndarray]] = []
-        self._recorded_load = np.zeros(len(self.capacity_Bps)) if record_link_changes else None
+        self._recorded_load = np.zeros(n_links) if record_link_changes else None
         self.link_changes_limit = LINK_CHANGES_LIMIT
         self.link_changes_stopped_s = math.nan   # set when the limit stopped the recording
         self._n_change_entries = 0
         self.recomputes = 0
-        self.incremental = incremental
         self.resolved_flows = 0      # flows re-solved, summed over recomputations (statistics)
-        self._seed_links: list[np.ndarray] = []   # links of the flows that left since the last solve
-        self._seed_new = 0           # the last `_seed_new` active flows arrived since the last solve
-        self._full_next = True       # the next solve covers every flow
+
+    def _set_kernels(self, compiled: bool) -> None:
+        k = fc.kernels(compiled)
+        self._k_top, self._k_rebuild = k["heap_top"], k["heap_rebuild"]
+        self._k_add, self._k_pop, self._k_resolve = k["add_flows"], k["pop_done"], k["resolve"]
+        self._k_compact = k["compact_entries"]
+
+    # ---------------------------------------------------------------- storage
+    def _grow_slots(self, need_free: int) -> None:
+        old = self._si.shape[0]
+        new = max(2 * old, old + need_free, 64)
+        si = np.zeros((new, fc.N_SI), dtype=_I)
+        si[:old] = self._si
+        si[old:, fc.S_FID] = -1
+        sf = np.zeros((new, fc.N_SF))
+        sf[:old] = self._sf
+        nfree = int(self._sc[fc.C_NFREE])
+        free = np.zeros(new, dtype=_I)
+        free[:nfree] = self._free[:nfree]
+        free[nfree:nfree + new - old] = np.arange(new - 1, old - 1, -1)   # lowest slot ids used first
+        self._sc[fc.C_NFREE] = nfree + new - old
+        seeds = np.zeros(new, dtype=_I)
+        seeds[:len(self._seeds)] = self._seeds
+        self._si, self._sf, self._free, self._seeds = si, sf, free, seeds
+        self._comp_slots = np.zeros(new, dtype=_I)
+        self._out_fid = np.zeros(new, dtype=_I)
+        self._out_left = np.zeros(new)
+        self._out_rate = np.zeros(new)
+
+    def _grow_entries(self, need: int) -> None:
+        cap = self._ei.shape[0]
+        live = int(self._sc[fc.C_ETOP] - self._sc[fc.C_EDEAD])
+        new = cap if live + need <= cap // 2 else max(2 * cap, 2 * (live + need))
+        ei = np.zeros((new, fc.N_EI), dtype=_I)
+        ew = np.zeros(new)
+        if cap:
+            self._k_compact(self._si, self._ei, self._ew, self._li, ei, ew, self._sc)
+        self._ei, self._ew = ei, ew
+
+    def _ensure_heap(self) -> None:
+        sc = self._sc
+        n_act = int(sc[fc.C_NACT])
+        if sc[fc.C_HSIZE] + n_act <= len(self._hk):
+            return
+        if n_act and len(self._hk):
+            self._k_rebuild(self._si, self._sf, self._hk, self._hs, sc)
+        if sc[fc.C_HSIZE] + n_act > len(self._hk) // 2:
+            new = max(1024, 4 * (int(sc[fc.C_HSIZE]) + n_act))
+            hk = np.zeros(new)
+            hs = np.zeros((new, 2), dtype=_I)
+            size = int(sc[fc.C_HSIZE])
+            hk[:size] = self._hk[:size]
+            hs[:size] = self._hs[:size]
+            self._hk, self._hs = hk, hs
 
     # ---------------------------------------------------------------- flows
     def add_flow(self, links, nbytes: float, *, weights=None, latency_s: float = 0.0,
                  cap_Bps: float = math.inf, on_done: Callable[[int, float], None] | None = None) -> int:
-        links = np.asarray(links, dtype=np.int64)
+        links = np.asarray(links, dtype=_I)
         w = np.ones(len(links)) if weights is None else np.asarray(weights, dtype=np.float64)
         if nbytes < 0 or latency_s < 0:
             raise NetsimError(f"flow with negative size or latency ({nbytes} B, {latency_s} s)")
@@ -117,7 +189,6 @@ class FlowEngine:
         self._cb.append(on_done)
         self._added.append(self.now_s)
         self._started.append(math.nan)
-        self._delivered.append(0.0)
         heapq.heappush(self._pending, (self.now_s + latency_s, fid))
         return fid
 
@@ -127,113 +198,60 @@ class FlowEngine:
 
     @property
     def num_active(self) -> int:
-        return len(self._act_ids)
+        return int(self._sc[fc.C_NACT])
 
     def idle(self) -> bool:
-        return not self._pending and len(self._act_ids) == 0
+        return not self._pending and self._sc[fc.C_NACT] == 0
 
     # ---------------------------------------------------------------- rates
     def _recompute(self) -> None:
         self._dirty = False
         self.recomputes += 1
-        ids = self._act_ids
-        if len(ids) == 0:
-            self._seed_links, self._seed_new = [], 0
-            self._act_rate = _EMPTY_F
-            self._fin = _EMPTY_F
-            self._fin_min = math.inf
-            self._link_load[self._used] = 0.0
-            self._used, self._used_load = _EMPTY_I, _EMPTY_F
-            self._record_loads()
-            return
-        lens, fl_global, fw, caps = self._act_lens, self._act_fl, self._act_fw, self._act_caps
-        ptr = np.zeros(len(ids) + 1, dtype=np.int64)
-        np.cumsum(lens, out=ptr[1:])
-        # the solvers work on the links in use, renumbered in increasing id order: every per-event
-        # cost is O(active entries), not O(links of the fabric); equal shares are still taken in
-        # link-id order, so the rates are the same bit for bit
-        small = len(fl_global) <= _SMALL_ENTRIES
-        if small:     # the dict-based solver touches only the links in use; nothing to renumber
-            used, fl, cap_used = None, fl_global, self.capacity_Bps
-        else:
-            used, fl = compact_links(fl_global, len(self.capacity_Bps), use_numba=self.use_numba)
-            cap_used = self.capacity_Bps[used]
-        sub = None
-        if self.incremental and not self._full_next and not small:
-            seed_links = np.concatenate(self._seed_links) if self._seed_links else _EMPTY_I
-            pos = np.searchsorted(used, seed_links)     # seeds no active flow uses drop out
-            ok = pos < len(used)
-            ok[ok] = used[pos[ok]] == seed_links[ok]
-            seed_links = pos[ok]
-            seed_flows = np.arange(len(ids) - self._seed_new, len(ids), dtype=np.int64)
-            sub = component_mask(len(used), ptr, fl, seed_links, seed_flows, use_numba=self.use_numba)
-            if sub.all():
-                sub = None
-        self._seed_links, self._seed_new, self._full_next = [], 0, False
-        if sub is None:
-            has_cap = bool(np.isfinite(caps).any())
-            rates = maxmin_rates(cap_used, ptr, fl, fw, caps if has_cap else None,
-                                 use_numba=self.use_numba)
-            self.resolved_flows += len(ids)
-        else:
-            # re-solve the connected component only; the flows outside keep their rates
-            rates = self._act_rate.copy()
-            idx = np.flatnonzero(sub)
-            if len(idx):
-                s_lens = lens[idx]
-                s_ptr = np.zeros(len(idx) + 1, dtype=np.int64)
-                np.cumsum(s_lens, out=s_ptr[1:])
-                entry = np.repeat(sub, lens)
-                s_caps = caps[idx]
-                has_cap = bool(np.isfinite(s_caps).any())
-                # renumbered again over the component's own links (O(its entries), same tie order)
-                s_used, s_fl = compact_links(fl[entry], len(used), use_numba=self.use_numba)
-                rates[idx] = maxmin_rates(cap_used[s_used], s_ptr, s_fl, fw[entry],
-                                          s_caps if has_cap else None, use_numba=self.use_numba)
-                self.resolved_flows += len(idx)
-        self._act_rate = rates
-        # finish times stay valid until the next recomputation (rates are constant in between)
-        self._fin = self._finish_times()
-        self._fin_min = float(self._fin.min())
-        per_entry = np.repeat(np.where(np.isfinite(rates), rates, 0.0), lens) * fw
-        if small:
-            used, fl = np.unique(fl_global, return_inverse=True)
-            fl = fl.reshape(-1)
-        used_load = np.bincount(fl, weights=per_entry, minlength=len(used))
-        self._link_load[self._used] = 0.0
-        self._link_load[used] = used_load
-        self._used, self._used_load = used, used_load
+        self._ensure_heap()
+        t0 = time.perf_counter()
+        nc, nl = self._k_resolve(self.now_s, not self.incremental, self._si, self._sf, self._ei, self._ew,
+                                 self._li, self._lf, self.capacity_Bps, self._hk, self._hs, self._sc,
+                                 self._seedl, self._seeds, self._comp_slots, self._comp_links, self._out_load)
+        if self._plain_left_s < math.inf:
+            self._plain_left_s -= time.perf_counter() - t0
+            if self._plain_left_s <= 0:
+                self._plain_left_s = math.inf
+                try:
+                    self._set_kernels(True)
+                except Exception:  # numba present but broken: the plain kernels give the same results
+                    pass
+        self.resolved_flows += int(nc)
+        self._fin_min = self._k_top(self._hk, self._hs, self._si, self._sc)
         if self.check_invariants:
-            over = self._link_load > self.capacity_Bps * (1 + 1e-9) + 1e-6
+            links, load = self._comp_links[:nl], self._out_load[:nl]
+            over = load > self.capacity_Bps[links] * (1 + 1e-9) + 1e-6
             if over.any():
-                lk = int(np.nonzero(over)[0][0])
-                raise AssertionError(f"link {lk} above capacity: {self._link_load[lk]} > "
-                                     f"{self.capacity_Bps[lk]} B/s at t={self.now_s}")
-            stuck = (rates <= 0) & (self._act_rem > 0)
+                j = int(np.flatnonzero(over)[0])
+                raise AssertionError(f"link {int(links[j])} above capacity: {load[j]} > "
+                                     f"{self.capacity_Bps[links[j]]} B/s at t={self.now_s}")
+            act = self._si[:, fc.S_FID] >= 0
+            stuck = act & (self._sf[:, fc.F_RATE] <= 0) & (self._sf[:, fc.F_REM] > 0)
             if stuck.any():
-                raise AssertionError(f"flow {int(ids[np.nonzero(stuck)[0][0]])} has rate 0")
-        self._record_loads()
-
-    def _record_loads(self) -> None:
+                raise AssertionError(f"flow {int(self._si[np.flatnonzero(stuck)[0], fc.S_FID])} has rate 0")
         if self.record_link_timeline:
-            self.link_timeline.append((self.now_s, self._link_load.copy()))
+            self.link_timeline.append((self.now_s, self._lf[:, fc.G_LOAD].copy()))
         if self.record_link_changes and self.link_changes_stopped_s != self.link_changes_stopped_s:
-            # only the links whose load changed: a step function stored as its steps
-            changed = np.nonzero(self._link_load != self._recorded_load)[0]
-            if self._n_change_entries + len(changed) > self.link_changes_limit:
-                self.link_changes_stopped_s = self.now_s      # bounded memory on huge traced runs
-                return
-            self._n_change_entries += len(changed)
-            if len(changed):
-                vals = self._link_load[changed]
-                self._recorded_load[changed] = vals
-                self.link_changes.append((self.now_s, changed, vals.copy()))
+            self._record_changes(self._comp_links[:nl], self._out_load[:nl])
 
-    def _finish_times(self) -> np.ndarray:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            t = self._act_rem / self._act_rate
-        t = np.where(self._act_rem <= 0, 0.0, t)
-        return self.now_s + np.where(np.isnan(t), math.inf, t)
+    def _record_changes(self, links: np.ndarray, load: np.ndarray) -> None:
+        # only the links whose load changed (the others keep theirs): a step function stored as its steps
+        order = np.argsort(links)
+        links, load = links[order], load[order]
+        changed = load != self._recorded_load[links]
+        n = int(changed.sum())
+        if self._n_change_entries + n > self.link_changes_limit:
+            self.link_changes_stopped_s = self.now_s      # bounded memory on huge traced runs
+            return
+        self._n_change_entries += n
+        if n:
+            ids, vals = links[changed], load[changed]
+            self._recorded_load[ids] = vals
+            self.link_changes.append((self.now_s, ids, vals))
 
     def next_event_time(self) -> float:
         if self._dirty:
@@ -242,96 +260,61 @@ class FlowEngine:
         return min(t, self._fin_min)
 
     # ---------------------------------------------------------------- time
-    def _progress(self, t_s: float) -> None:
-        dt = t_s - self.now_s
-        if dt > 0 and len(self._act_ids):
-            moved = np.where(np.isfinite(self._act_rate), self._act_rate, 0.0) * dt
-            self._act_rem = self._act_rem - moved
-            self.link_bytes[self._used] += self._used_load * dt   # other links carry nothing
-            if self.check_invariants:
-                for f, m in zip(self._act_ids.tolist(), moved.tolist()):
-                    self._delivered[f] += m
-        self.now_s = max(self.now_s, t_s)
-
     def advance(self, until_s: float) -> None:
         """Process every event with time <= until_s (callbacks included), then move the clock there."""
         while True:
             t = self.next_event_time()
             if t > until_s:
                 break
-            self._progress(t)
+            self.now_s = max(self.now_s, t)
             self._step_events(t)
-        self._progress(until_s)
+        self.now_s = max(self.now_s, until_s)
 
     def run(self) -> float:
         """Run until idle; returns the time of the last event."""
         while True:
             t = self.next_event_time()
             if t == math.inf:
-                if len(self._act_ids):
-                    raise NetsimError(f"{len(self._act_ids)} flows can never finish (zero-capacity path)")
+                if self._sc[fc.C_NACT]:
+                    raise NetsimError(f"{int(self._sc[fc.C_NACT])} flows can never finish (zero-capacity path)")
                 return self.now_s
             self.advance(t)
 
     def _step_events(self, t: float) -> None:
         done: list[int] = []
-        keep_mask = None
-        if len(self._act_ids):
-            fin = self._fin
+        changed = False
+        if self._fin_min <= t + max(abs(t), 1e-6) * 1e-9:
             # flows due within a relative 1e-9 of now finish together (one rate recomputation for
             # symmetric flows whose float finish times differ in the last bits)
             tol = t + max(abs(t), 1e-6) * 1e-9
-            dmask = fin <= tol
-            if dmask.any():
-                done = self._act_ids[dmask].tolist()
-                keep_mask = ~dmask
+            n = self._k_pop(t, tol, self._hk, self._hs, self._si, self._sf, self._free, self._ei, self._li,
+                            self._sc, self._seedl, self._out_fid, self._out_left, self._out_rate)
+            if n:
+                changed = True
+                done = self._out_fid[:n].tolist()
                 if self.check_invariants:
-                    for f, rem, rate in zip(done, self._act_rem[dmask].tolist(), self._act_rate[dmask].tolist()):
-                        if rem > rate * (tol - t) * (1 + 1e-6) + 1e-6:
-                            raise AssertionError(f"flow {f} completed with {rem} B undelivered")
-                        self._delivered[f] += max(rem, 0.0)
+                    for f, left, rate in zip(done, self._out_left[:n].tolist(), self._out_rate[:n].tolist()):
+                        if left > rate * (tol - t) * (1 + 1e-6) + 1e-6:
+                            raise AssertionError(f"flow {f} completed with {left} B undelivered")
+                        if left < -(1e-6 * self._bytes[f] + 1e-3):
+                            raise AssertionError(f"flow {f}: delivered {self._bytes[f] - left} B of {self._bytes[f]} B")
+            self._fin_min = self._k_top(self._hk, self._hs, self._si, self._sc)
         new: list[int] = []
         while self._pending and self._pending[0][0] <= t:
             _, f = heapq.heappop(self._pending)
             self._started[f] = t
             if self._bytes[f] <= 0 or (len(self._links[f]) == 0 and self._cap[f] == math.inf):
-                if self.check_invariants:
-                    self._delivered[f] = self._bytes[f]
                 done.append(f)
+                self._links[f] = self._w[f] = None
             else:
                 new.append(f)
-        if keep_mask is not None or new:
-            ids, rem = self._act_ids, self._act_rem
-            lens, fl, fw, caps = self._act_lens, self._act_fl, self._act_fw, self._act_caps
-            rate = self._act_rate
-            if keep_mask is not None:
-                entry_keep = np.repeat(keep_mask, lens)
-                self._seed_links.append(fl[~entry_keep])
-                # arrivals since the last solve stay the trailing flows (a departure needs a solve
-                # first: its finish time comes from solved rates)
-                self._seed_new -= int((~keep_mask[len(ids) - self._seed_new:]).sum())
-                ids, rem, lens, caps = ids[keep_mask], rem[keep_mask], lens[keep_mask], caps[keep_mask]
-                rate = rate[keep_mask]
-                fl, fw = fl[entry_keep], fw[entry_keep]
-            if new:
-                self._seed_new += len(new)
-                rate = np.concatenate([rate, np.zeros(len(new))])
-                ids = np.concatenate([ids, np.asarray(new, dtype=np.int64)])
-                rem = np.concatenate([rem, np.asarray([self._bytes[f] for f in new])])
-                lens = np.concatenate([lens, np.asarray([len(self._links[f]) for f in new], dtype=np.int64)])
-                caps = np.concatenate([caps, np.asarray([self._cap[f] for f in new], dtype=np.float64)])
-                fl = np.concatenate([fl] + [self._links[f] for f in new])
-                fw = np.concatenate([fw] + [self._w[f] for f in new])
-            self._act_ids, self._act_rem = ids, rem
-            self._act_lens, self._act_fl, self._act_fw, self._act_caps = lens, fl, fw, caps
-            self._act_rate = rate   # new flows: placeholder 0 until the recompute below
+        if new:
+            self._activate(new, t)
+            changed = True
+        if changed:
             self._dirty = True
         for f in sorted(done):
             self._n_done += 1
-            if self.check_invariants:
-                err = abs(self._delivered[f] - self._bytes[f])
-                if err > 1e-6 * self._bytes[f] + 1e-3:
-                    raise AssertionError(f"flow {f}: delivered {self._delivered[f]} B of {self._bytes[f]} B")
             if self.record_flows:
                 self.flow_records.append(FlowRecord(f, self._bytes[f], self._added[f], self._started[f], t))
             cb = self._cb[f]
@@ -339,7 +322,34 @@ class FlowEngine:
             if cb is not None:
                 cb(f, t)
 
+    def _activate(self, new: list[int], t: float) -> None:
+        links = [self._links[f] for f in new]
+        lens = np.fromiter((len(x) for x in links), dtype=_I, count=len(new))
+        n_entries = int(lens.sum())
+        if self._sc[fc.C_NFREE] < len(new):
+            self._grow_slots(len(new))
+        if self._sc[fc.C_ETOP] + n_entries > self._ei.shape[0]:
+            self._grow_entries(n_entries)
+        if len(new) == 1:
+            fl, fw = links[0], self._w[new[0]]
+        else:
+            fl = np.concatenate(links)
+            fw = np.concatenate([self._w[f] for f in new])
+        self._k_add(t, np.asarray(new, dtype=_I), lens, fl, fw,
+                    np.fromiter((self._bytes[f] for f in new), dtype=np.float64, count=len(new)),
+                    np.fromiter((self._cap[f] for f in new), dtype=np.float64, count=len(new)),
+                    self._si, self._sf, self._free, self._ei, self._ew, self._li, self._sc, self._seedl,
+                    self._seeds)
+        for f in new:      # the engine holds its own copy from now on
+            self._links[f] = self._w[f] = None
+
     # ---------------------------------------------------------------- stats
+    @property
+    def link_bytes(self) -> np.ndarray:
+        """Bytes carried per link (weighted) up to now (a fresh array)."""
+        lf = self._lf
+        return lf[:, fc.G_BYTES] + lf[:, fc.G_LOAD] * (self.now_s - lf[:, fc.G_TLOAD])
+
     def link_utilization(self, elapsed_s: float | None = None) -> np.ndarray:
         """Mean utilization per link over [0, elapsed_s] (default: up to now)."""
         el = self.now_s if elapsed_s is None else elapsed_s

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from netsim.engine import FlowEngine
 from netsim.protocol import fill_factor
 from netsim.schedules import FlowSpec
 
@@ -59,11 +58,15 @@ def ring_window_s(hop_lat: list[float], steps: int) -> float:
     if rest == 0:
         return total
     run = math.fsum(hop_lat[:rest])
-    best = run
-    for i in range(1, h):
-        run += hop_lat[(i + rest - 1) % h] - hop_lat[i - 1]
-        best = max(best, run)
-    return total + best
+    if h == 1:
+        return total + run
+    # the window sliding by one hop: run_i = run_(i-1) + (hop[(i + rest - 1) % h] - hop[i - 1]); a
+    # sequential accumulate (np.add.accumulate adds left to right) gives the loop's exact sums
+    a = np.asarray(hop_lat, dtype=np.float64)
+    steps_d = np.empty(h)
+    steps_d[0] = run
+    steps_d[1:] = np.roll(a, -rest)[: h - 1] - a[: h - 1]
+    return total + float(np.add.accumulate(steps_d).max())
 
 
 def critical_latency_s(spec: FlowSpec, hop_lat: list[float]) -> float:
@@ -99,16 +102,35 @@ class RoutedSpec:
 
 
 def route_spec(view, spec: FlowSpec, spec_idx: int) -> RoutedSpec:
-    """Route every hop of a FlowSpec (cached per group by the planner; shared by all protocols)."""
+    """Route every hop of a FlowSpec (cached per group by the planner; shared by all protocols). The
+    routing of a spec depends only on its hops, weights, PXN flag and index (the flow keys), so specs
+    of other collectives with the same hops (a ring's reduce-scatter and all-gather) reuse it."""
+    cache = getattr(view, "_routed_specs", None)
+    if cache is None:
+        return _route_spec(view, spec, spec_idx)
+    key = (spec_idx, spec.pxn, tuple(spec.hops), None if spec.weights is None else tuple(spec.weights))
+    got = cache.get(key)
+    if got is None:
+        got = cache[key] = _route_spec(view, spec, spec_idx)
+    return RoutedSpec(spec, got.channels, got.weights, got.hop_class, got.hop_prop_s, got.switch_prop_s,
+                      got.line_up_Bps)
+
+
+def _route_spec(view, spec: FlowSpec, spec_idx: int) -> RoutedSpec:
     chans: list[int] = []
     ws: list[float] = []
     classes: list[str] = []
     props: list[float] = []
     switch_prop = 0.0
     line_up = math.inf
+    weights = spec.weights
+    pxn = spec.pxn
+    base = spec_idx * 1009           # ecmp_key(spec_idx, h) = (base + h) & 0x7FFFFFFF
+    view_hop = view.hop
     for h, hop in enumerate(spec.hops):
-        w = 1.0 if spec.weights is None else float(spec.weights[h])
-        if hop[0] in ("up", "down"):
+        w = 1.0 if weights is None else float(weights[h])
+        a = hop[0]
+        if a == "up" or a == "down":
             up, down = view.switch_channels(int(hop[1]))
             cs = up if hop[0] == "up" else down
             if hop[0] == "up":
@@ -118,17 +140,17 @@ def route_spec(view, spec: FlowSpec, spec_idx: int) -> RoutedSpec:
                 ws.append(w / len(cs))
             switch_prop = max(switch_prop, view.path_latency_s(cs[:1]))
             continue
-        path, pw = view.route(int(hop[0]), int(hop[1]), ecmp_key(spec_idx, h), spec.pxn)
-        chans.extend(path)
-        ws.extend([w * x for x in pw])
         # striped / multi-port routes: the latency of one route (weight-averaged)
-        props.append(float(sum(view.latency_s[c] * x for c, x in zip(path, pw))))
-        classes.append(view.path_class(path))
+        path, pw, prop, cls = view_hop(int(a), int(hop[1]), (base + h) & 0x7FFFFFFF, pxn)
+        chans.extend(path)
+        ws.extend(pw if w == 1.0 else [w * x for x in pw])
+        props.append(float(prop))
+        classes.append(cls)
     if chans:
         arr = np.asarray(chans, dtype=np.int64)
         uniq, inv = np.unique(arr, return_inverse=True)
-        wsum = np.zeros(len(uniq))
-        np.add.at(wsum, inv, np.asarray(ws))
+        # per channel, the weights summed in hop order (as np.add.at does)
+        wsum = np.bincount(inv.reshape(-1), weights=np.asarray(ws, dtype=np.float64), minlength=len(uniq))
     else:
         uniq, wsum = np.zeros(0, dtype=np.int64), np.zeros(0)
     return RoutedSpec(spec, uniq, wsum, classes, props, switch_prop, line_up)
@@ -221,13 +243,25 @@ class ScheduleRun:
             self.on_done(t)
 
 
+def _sorted_unique(a: np.ndarray) -> np.ndarray:
+    """np.unique of a 1-d array (sorted distinct values) without numpy's masked-array check, which
+    imports numpy.ma (~10 ms) on first use."""
+    a = np.sort(a)
+    if len(a) == 0:
+        return a
+    keep = np.empty(len(a), dtype=bool)
+    keep[0] = True
+    np.not_equal(a[1:], a[:-1], out=keep[1:])
+    return a[keep]
+
+
 def compact_flows(capacity_Bps: np.ndarray, flows: list[ResolvedFlow]) -> tuple[np.ndarray, list[ResolvedFlow]]:
     """The flows with channels renumbered over the links they use, and those links' capacities: a
     schedule run alone needs only its own links (the max-min result is the same, each event costs
     O(its links) instead of O(all links of a large fabric))."""
     from dataclasses import replace
 
-    used = np.unique(np.concatenate([f.channels for f in flows])) if flows else np.zeros(0, dtype=np.int64)
+    used = _sorted_unique(np.concatenate([f.channels for f in flows])) if flows else np.zeros(0, dtype=np.int64)
     local = [replace(f, channels=np.searchsorted(used, f.channels).astype(np.int64)) for f in flows]
     return capacity_Bps[used], local
 
@@ -245,6 +279,7 @@ def static_time_s(view, flows: list[ResolvedFlow], size: float, use_numba: bool 
         rate = min(float(np.min(cap[f.channels] / f.weights)) if len(f.channels) else math.inf, f.cap_Bps)
         nbytes = f.payload_bytes(size)
         return delay_s + f.latency_s * lat_mult + (nbytes / rate if nbytes > 0 else 0.0)
+    from netsim.engine import FlowEngine  # the flow engine (numpy max-min) only when a schedule needs it
     engine = FlowEngine(cap, use_numba=use_numba)
     done: list[float] = []
     ScheduleRun(engine, local, float(size), done.append, delay_s=delay_s, lat_mult=lat_mult).start()

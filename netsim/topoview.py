@@ -46,6 +46,64 @@ def resolve_routing(topology, routing: str) -> str:
     return "rail" if is_rail_optimized(topology) else "ecmp"
 
 
+def _link_arrays(links):
+    from topo.model import _link_arrays as columns
+    return columns(tuple(links))
+
+
+def _paired_reverse(src: np.ndarray, dst: np.ndarray) -> np.ndarray | None:
+    """Reverse channel of every link when links come in twins (2k, 2k+1) = (a->b, b->a), as topo
+    writes cables, and no two links join the same (src, dst): then reverse(L) = L ^ 1. None otherwise
+    (the caller pairs links through a dictionary)."""
+    n = len(src)
+    if n == 0 or n % 2 or not (np.array_equal(src[0::2], dst[1::2]) and np.array_equal(dst[0::2], src[1::2])):
+        return None
+    key = np.sort(src * (int(max(src.max(), dst.max())) + 1) + dst)
+    if bool(np.any(key[1:] == key[:-1])):     # parallel links: the dictionary pairing picks the last twin
+        return None
+    return np.arange(n, dtype=np.int64) ^ 1
+
+
+def _efficiencies(kinds: list, bw: np.ndarray, gpu_type: str, override: dict) -> np.ndarray:
+    """cal.link_efficiency (or the calibration's override) of every channel, evaluated once per
+    distinct (kind, line rate)."""
+    names = {k: i for i, k in enumerate(dict.fromkeys(kinds))}     # distinct kinds, first-seen order
+    codes = np.fromiter(map(names.__getitem__, kinds), dtype=np.int64, count=len(kinds))
+    out = np.empty(len(kinds))
+    for k, c in names.items():
+        mask = codes == c
+        rates, inv = np.unique(bw[mask], return_inverse=True)
+        eff = np.array([override.get(k) or cal.link_efficiency(k, float(b), gpu_type) for b in rates.tolist()])
+        out[mask] = eff[inv]
+    return out
+
+
+class _Adjacency:
+    """node -> [(out channel, peer)] in channel order, built on first use of each node from a CSR of
+    the channels (a 9,216-GPU fabric has 56,000 channels; a run touches a few thousand nodes)."""
+
+    __slots__ = ("_ptr", "_ch", "_dst", "_rows")
+
+    def __init__(self, ch_src: np.ndarray, ch_dst: np.ndarray) -> None:
+        order = np.argsort(ch_src, kind="stable")
+        n_nodes = int(max(ch_src.max(), ch_dst.max())) + 1 if len(ch_src) else 0
+        self._ptr = np.searchsorted(ch_src[order], np.arange(n_nodes + 1)).tolist()
+        self._ch = order.tolist()          # lists: slicing a list is cheaper than a numpy slice + tolist
+        self._dst = ch_dst[order].tolist()
+        self._rows: dict[int, list[tuple[int, int]]] = {}
+
+    def __getitem__(self, node: int) -> list[tuple[int, int]]:
+        got = self._rows.get(node)
+        if got is None:
+            if 0 <= node < len(self._ptr) - 1:
+                lo, hi = self._ptr[node], self._ptr[node + 1]
+                got = list(zip(self._ch[lo:hi], self._dst[lo:hi]))
+            else:
+                got = []
+            self._rows[node] = got
+        return got
+
+
 class TopoView:
     def __init__(self, topology, *, pxn: bool = False, calibration=None, routing: str = "auto"):
         import topo  # netsim -> topo is an allowed dependency; imported lazily for testability
@@ -54,25 +112,23 @@ class TopoView:
         self.gpu_type = str(getattr(topology, "gpu_type", "") or "")
         self.num_gpus = int(topology.num_gpus)
         self.gpus_per_server = int(getattr(topology, "gpus_per_server", 1) or 1)
-        links = list(topology.links)
-        nl = len(links)
-        src = np.fromiter((lk.src for lk in links), dtype=np.int64, count=nl)
-        dst = np.fromiter((lk.dst for lk in links), dtype=np.int64, count=nl)
-        kind = [str(lk.kind) for lk in links]
-        bw = np.fromiter((float(lk.bandwidth_Bps) for lk in links), dtype=np.float64, count=nl)
-        lat = np.fromiter((float(lk.latency_s) for lk in links), dtype=np.float64, count=nl)
-        # share of the capacity a link delivers: a degraded part's factor (topo.faults) x (1 - error_rate),
-        # the goodput of selective-repeat retransmission at per-packet loss probability error_rate
-        health = np.fromiter((float(getattr(lk, "capacity_factor", 1.0)) * (1.0 - float(getattr(lk, "error_rate", 0.0)))
-                              for lk in links), dtype=np.float64, count=nl)
-        pairs = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(src.tolist(), dst.tolist()))}
+        la = topology.link_arrays() if hasattr(topology, "link_arrays") else _link_arrays(topology.links)
+        src, dst, kind = la.src, la.dst, la.kind
+        bw, lat, health = la.bandwidth_Bps, la.latency_s, la.health
+        nl = len(src)
         # topo.Topology links are directed (a cable = two links); a topology whose links have no
         # reverse twin is read as full duplex: channel 2L = link L forward, 2L + 1 = backward.
-        self.directed = all((b, a) in pairs for (a, b) in pairs)
+        rev = _paired_reverse(src, dst)
+        if rev is None:
+            pairs = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(src.tolist(), dst.tolist()))}
+            self.directed = all((b, a) in pairs for (a, b) in pairs)
+        else:
+            self.directed = True
         if self.directed:
             self.ch_src, self.ch_dst, self.ch_kind = src, dst, kind
             ch_bw, ch_lat, ch_health = bw, lat, health
-            self._rev = np.array([pairs[(int(b), int(a))] for a, b in zip(src, dst)], dtype=np.int64)
+            self._rev = rev if rev is not None else np.array([pairs[(int(b), int(a))] for a, b in zip(src, dst)],
+                                                             dtype=np.int64)
         else:
             self.ch_src = np.stack([src, dst], axis=1).reshape(-1)
             self.ch_dst = np.stack([dst, src], axis=1).reshape(-1)
@@ -83,13 +139,15 @@ class TopoView:
         override = {} if calibration is None else {
             "nvlink": calibration.nvlink_efficiency, "network": calibration.network_efficiency,
             "pcie": calibration.pcie_efficiency}
-        eff = np.array([override.get(k) or cal.link_efficiency(k, b, self.gpu_type)
-                        for k, b in zip(self.ch_kind, ch_bw)])
+        eff = _efficiencies(self.ch_kind, ch_bw, self.gpu_type, override)
         self.line_Bps = ch_bw
         self.capacity_Bps = ch_bw * eff * ch_health
         self.latency_s = ch_lat
         self.node_kind = {n.id: str(n.kind) for n in topology.nodes}
         self._tier = {n.id: str(n.tier) for n in topology.nodes}
+        # per node: 1 = network switch (is_network_switch), 2 = NIC or PCIe switch (exits walks through), else 0
+        self._exit_role = {i: 1 if k == "switch" and self._tier[i] != "pcie" else
+                           2 if k == "nic" or self._tier[i] == "pcie" else 0 for i, k in self.node_kind.items()}
         self.pxn_default = bool(pxn)   # make_backend(..., pxn=True): every route uses PXN
         if routing not in ROUTINGS:
             raise NetsimError(f"routing must be one of {', '.join(ROUTINGS)}, got {routing!r}")
@@ -100,11 +158,11 @@ class TopoView:
             self._routers[True] = topo.Router(topology, pxn=True, rail_aligned=self._rail_aligned)
         self._topo_mod = topo
         self._path_cache: dict[tuple[int, int, int, bool], tuple[int, ...]] = {}
-        self._adj: dict[int, list[tuple[int, int]]] = defaultdict(list)  # node -> [(out channel, peer)]
-        for ch, (a, b) in enumerate(zip(self.ch_src.tolist(), self.ch_dst.tolist())):
-            self._adj[a].append((ch, b))
-        self._server = [int(topology.server_of(g)) for g in range(self.num_gpus)]
-        self._domain = [int(topology.nvlink_domain_of(g)) for g in range(self.num_gpus)]
+        self._adj = _Adjacency(self.ch_src, self.ch_dst)   # node -> [(out channel, peer)], built per node on use
+        gps = int(topology.gpus_per_server)
+        self._server = [g // gps for g in range(self.num_gpus)]    # topo.Topology.server_of
+        self._domain = ([int(d) for d in topology.nvlink_domains()] if hasattr(topology, "nvlink_domains")
+                        else [int(topology.nvlink_domain_of(g)) for g in range(self.num_gpus)])
         # unit: the GPUs that reach each other without the scale-out network (NVLink domain; the
         # server when GPUs talk over PCIe only)
         dom_size = int(getattr(topology, "nvlink_domain_size", 1) or 1)
@@ -112,6 +170,15 @@ class TopoView:
         self._remote: dict[int, int] = {}
         self._exits: dict[int, tuple[tuple[int, ...], float]] = {}
         self._gpu_facts: dict[int, tuple[float, float]] = {}
+        self._nvsw_up: dict[int, list[tuple[int, int]]] = {}      # GPU -> [(channel, NVSwitch)]
+        self._nvsw_down: dict[int, dict[int, int]] = {}           # NVSwitch -> {peer: first channel}
+        self._hop_cache: dict[tuple, tuple] = {}
+        self._nvsw_pairs: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        self._nv_out: dict[int, float] = {}
+        self._cap_list: list[float] | None = None
+        self._hop_key_free: dict[tuple, tuple] = {}
+        self._routed_specs: dict[tuple, object] = {}    # netsim.resolve.route_spec results by spec content
+        self._lat_list = self.latency_s.tolist()
 
     # ------------------------------------------------------------ structure
     def server_of(self, gpu: int) -> int:
@@ -175,7 +242,7 @@ class TopoView:
                                                                 rail_aligned=self._rail_aligned)
         ids = router.path(src, dst, key)
         if self.directed:
-            res = tuple(int(i) for i in ids)
+            res = tuple(map(int, ids))
         else:
             chans = []
             cur = src
@@ -201,7 +268,14 @@ class TopoView:
     # ------------------------------------------------------------ per-GPU bandwidths
     def nvlink_out_Bps(self, gpu: int) -> float:
         """Effective NVLink bandwidth out of a GPU (all its NVLink ports); 0 without NVLink."""
-        return float(sum(self.capacity_Bps[ch] for ch, _ in self._adj[gpu] if self.ch_kind[ch] == "nvlink"))
+        got = self._nv_out.get(gpu)
+        if got is None:
+            cap = self._cap_list
+            if cap is None:     # Python floats: the same sums as over numpy scalars, without their boxing
+                cap = self._cap_list = self.capacity_Bps.tolist()
+            kind = self.ch_kind
+            got = self._nv_out[gpu] = float(sum(cap[ch] for ch, _ in self._adj[gpu] if kind[ch] == "nvlink"))
+        return got
 
     def exits(self, gpu: int) -> tuple[tuple[int, ...], float]:
         """(channels into the network switches a GPU reaches through its host side: NIC / PCIe
@@ -213,15 +287,17 @@ class TopoView:
         first = 0.0
         seen = {gpu}
         frontier = [gpu]
+        role = self._exit_role
         while frontier:
             nxt = []
             for node in frontier:
                 for ch, peer in self._adj[node]:
-                    if self.is_network_switch(peer):
+                    r = role.get(peer, 0)
+                    if r == 1:
                         out.append(ch)
                         if node == gpu:
                             first += self.capacity_Bps[ch]
-                    elif peer not in seen and (self.node_kind.get(peer) == "nic" or self._tier.get(peer) == "pcie"):
+                    elif r == 2 and peer not in seen:
                         if node == gpu:
                             first += self.capacity_Bps[ch]
                         seen.add(peer)
@@ -239,16 +315,14 @@ class TopoView:
         pxn = pxn or self.pxn_default
         ck = (src, dst, key, pxn, "w")
         got = self._path_cache.get(ck)
-        if got is not None:
-            return got
+        if got is None:
+            got = self._path_cache[ck] = self._route_uncached(src, dst, key, pxn)
+        return got
+
+    def _route_uncached(self, src: int, dst: int, key: int, pxn: bool) -> tuple[tuple[int, ...], tuple[float, ...]]:
         chans: dict[int, float] = {}
         if src != dst and self._unit[src] == self._unit[dst]:
-            pairs = []
-            for ch, sw in self._adj[src]:
-                if self.node_kind.get(sw) == "nvswitch":
-                    down = next((c2 for c2, p2 in self._adj[sw] if p2 == dst), None)
-                    if down is not None:
-                        pairs.append((ch, down))
+            pairs = self._nvswitch_pairs(src, dst)
             if len(pairs) > 1:
                 for up, down in pairs:
                     chans[up] = chans.get(up, 0.0) + 1.0 / len(pairs)
@@ -271,12 +345,91 @@ class TopoView:
                 for c in p:
                     chans[c] = chans.get(c, 0.0) + 1.0 / len(paths)
         if chans:
-            got = (tuple(chans), tuple(chans.values()))
+            return tuple(chans), tuple(chans.values())
+        p = self.path(src, dst, key, pxn)
+        return p, (1.0,) * len(p)
+
+    def _nvswitch_pairs(self, src: int, dst: int) -> list[tuple[int, int]]:
+        """(src -> NVSwitch, NVSwitch -> dst) channel pairs through every NVSwitch both reach (the
+        first channel from the switch to dst when there are parallel ones)."""
+        got = self._nvsw_pairs.get((src, dst))
+        if got is not None:
+            return got
+        ups = self._nvsw_up.get(src)
+        if ups is None:
+            ups = self._nvsw_up[src] = [(ch, sw) for ch, sw in self._adj[src] if self.node_kind.get(sw) == "nvswitch"]
+        pairs = []
+        for ch, sw in ups:
+            down = self._nvsw_down.get(sw)
+            if down is None:
+                down = {}
+                for c2, p2 in self._adj[sw]:
+                    down.setdefault(p2, c2)
+                self._nvsw_down[sw] = down
+            c2 = down.get(dst)
+            if c2 is not None:
+                pairs.append((ch, c2))
+        self._nvsw_pairs[(src, dst)] = pairs
+        return pairs
+
+    def hop(self, src: int, dst: int, key: int = 0, pxn: bool = False) -> tuple:
+        """route() with the hop's propagation latency (weight-averaged over striped / multi-port
+        routes) and its link class (path_class), cached: (channels, weights, latency_s, class)."""
+        pxn = pxn or self.pxn_default
+        ck = (src, dst, key, pxn)
+        got = self._hop_cache.get(ck)
+        if got is not None:
+            return got
+        unit = self._unit
+        if unit[src] != unit[dst]:
+            ex = self._exits.get(src) or self.exits(src)
+            router = self._routers.get(pxn)
+            if len(ex[0]) <= 1 and router is not None and self.directed:
+                # one network port: the single topo.Router route (path() without its memo), unit weights
+                path = tuple(map(int, router.path(src, dst, key)))
+                got = (path, (1.0,) * len(path), sum(map(self._lat_list.__getitem__, path)), self.path_class(path))
+            elif len(ex[0]) <= 1:
+                path = self.path(src, dst, key, pxn)
+                got = (path, (1.0,) * len(path), sum(map(self._lat_list.__getitem__, path)), self.path_class(path))
+            else:
+                got = self._hop_of(*self._route_uncached(src, dst, key, pxn))
         else:
-            p = self.path(src, dst, key, pxn)
-            got = (p, (1.0,) * len(p))
-        self._path_cache[ck] = got
+            # a hop inside one unit that no flow key can change (striped over every NVSwitch chip, or
+            # one host switch between the two GPUs) is computed once for all keys
+            free_key = (src, dst, pxn)
+            got = self._hop_key_free.get(free_key)
+            if got is None:
+                router = self._routers.get(pxn)
+                if self.directed and router is not None and len(self._nvswitch_pairs(src, dst)) <= 1:
+                    # not striped: route() is the router's path; one pass tells whether the key matters
+                    path, free = router.path_key_free(src, dst, key)
+                    path = tuple(map(int, path))
+                    got = self._hop_of(path, (1.0,) * len(path))
+                else:
+                    free = self._key_free(src, dst, pxn)
+                    got = self._hop_of(*self._route_uncached(src, dst, 0 if free else key, pxn))
+                if free:
+                    self._hop_key_free[free_key] = got
+        self._hop_cache[ck] = got
         return got
+
+    def _hop_of(self, path: tuple[int, ...], pw: tuple[float, ...]) -> tuple:
+        lat = self._lat_list
+        # unit weights: the same sum without the products (x * 1.0 == x)
+        prop = (sum(map(lat.__getitem__, path)) if pw.count(1.0) == len(pw)
+                else sum(lat[c] * x for c, x in zip(path, pw)))
+        return (path, pw, prop, self.path_class(path))
+
+    def _key_free(self, src: int, dst: int, pxn: bool) -> bool:
+        """route(src, dst, key, pxn) does not depend on key (see route and topo.Router.path)."""
+        if src == dst or self._unit[src] != self._unit[dst]:
+            return False
+        if len(self._nvswitch_pairs(src, dst)) > 1:
+            return True
+        router = self._routers.get(pxn)
+        if router is None:
+            return False
+        return router.host_route_is_key_free(src, dst)
 
     def group_bandwidths(self, gpus) -> tuple[float, float]:
         """(intra-unit B/s, network B/s) per GPU for a group: the slowest member's NVLink ports

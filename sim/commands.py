@@ -289,9 +289,21 @@ def _progress_wanted(args) -> bool:
 
 
 # ---------------------------------------------------------------- run
+def _charts_of(args) -> str:
+    """--charts with --no-charts as its alias of "none" (both given: they must agree)."""
+    charts = getattr(args, "charts", None)
+    if getattr(args, "no_charts", False):
+        if charts not in (None, "none"):
+            raise SimError(f"--no-charts contradicts --charts {charts} (--no-charts is --charts none)")
+        return "none"
+    return charts or "svg"
+
+
 def cmd_run(args) -> int:
     from sim.report import format_summary, write_results
     from sim.train_cost import format_training
+    charts = _charts_of(args)
+    args.no_charts = charts == "none"     # `run --job` (sim.cluster_cli) reads --no-charts
     if getattr(args, "jobs", None):   # `run --job ... --job ...`: `clustersim cluster` (sim.cluster_cli)
         from sim.cluster_cli import cmd_run_jobs
         return cmd_run_jobs(args)
@@ -331,7 +343,7 @@ def cmd_run(args) -> int:
         raise SimError(f"--trace-links: {args.trace_links} is not in 0..{LINK_SERIES_KEPT}")
     t0 = time.perf_counter()
     rep, workload, topology = run_job(job, progress=_progress_wanted(args),
-                                      trace=not args.no_trace or not args.no_charts, return_inputs=True)
+                                      trace=not args.no_trace or charts != "none", return_inputs=True)
     wall = time.perf_counter() - t0
     train = None
     if train_inputs is not None:
@@ -343,7 +355,7 @@ def cmd_run(args) -> int:
                                   format_training(train) if train else "") if t)
     out = None
     if args.out != "-":
-        out = write_results(rep, args.out, run_name=args.name or name, charts=not args.no_charts,
+        out = write_results(rep, args.out, run_name=args.name or name, charts=charts,
                             trace=not args.no_trace, extra={k: v for k, v in job.items() if v is not None},
                             trace_ranks=trace_ranks, trace_links=args.trace_links,
                             sections={"training": train.to_dict()} if train else None,
@@ -618,7 +630,10 @@ def register(subparsers) -> None:
     p.add_argument("--out", "-o", default="clustersim-results",
                    help="results directory (written atomically; '-' = none); default %(default)s")
     p.add_argument("--name", help="run name in EndToEnd.csv")
-    p.add_argument("--no-charts", action="store_true", help="skip PNG charts")
+    p.add_argument("--charts", choices=("svg", "png", "none"), default=None,
+                   help="chart files: svg (default: breakdown.svg, timeline.svg), png (breakdown.png, "
+                        "timeline.png, drawn with matplotlib: slower) or none (no charts, no topology picture)")
+    p.add_argument("--no-charts", action="store_true", help="the same as --charts none")
     p.add_argument("--no-trace", action="store_true", help="skip the Chrome trace")
     p.add_argument("--trace-ranks", metavar="LIST",
                    help="ranks trace.json shows, one process each with flow arrows between group members, "

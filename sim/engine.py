@@ -49,6 +49,25 @@ sampling "full", where every group of every kind is submitted):
   (3) sampling "rail" (opt-in, approximate) also lets the representative's rail stand for all rails of
       a rail-optimized fabric when groups stay within one rail and pod; rails use disjoint links but
       ECMP hashing makes them unequally lucky, so this can be optimistic by several percent.
+  (4) "auto" on a routing backend (flow; Engine._submitted), per call (kind, stage, collective,
+      size) on what (1)/(2) left: the groups are joined into components by the network channels
+      their flows take as the backend routes them (ECMP hash / D-mod-k choice included), so no flow
+      of a component shares a channel with another component of the call (route_components).
+      Components with the same signature (algorithm, protocol, timing terms; flow by flow payload
+      share, latency, cap and weights on an isomorphic channel pattern; the channels' capacities)
+      are copies: alone, each finishes at the same time as the others. One copy of a class is
+      submitted (the representative rank's when it is one) when the call has a single class or when
+      the class uses only its GPUs' own access links (reduce_components); a class crossing the
+      fabric (switch-to-switch channels) beside other classes is submitted whole: in a stage pair
+      split by a leaf boundary, every pair over the spine and one local pair. A pipeline send whose
+      omitted copies would use a fabric channel of a component submitted whole by another pipeline
+      send is submitted whole too (Engine._pp_plan, every stage pair at once, to a fixed point):
+      without this the whole component's flows miss those copies' load (4e-6 of the 1T
+      benchmark's iteration). (1) and (2) are special cases (one-group components); (4) also
+      reduces stage pairs that all cross a leaf or pod boundary, groups of dual-homed GPUs whose
+      routes happen to be disjoint, and servers shuffled across leaves. Same caveat as above for the
+      rest: flows of other calls crossing an omitted copy's channels miss its load (exact when those
+      loads are symmetric, as between the translated pipelines of DP replicas).
 - Isolated kinds: when all groups of a kind lie inside NVLink domains and no other kind used in the
   forward/backward lists (nor a pipeline send) has two members in one domain, that kind's
   per-micro-batch collectives can never share a link with other traffic; they are timed with
@@ -56,6 +75,8 @@ sampling "full", where every group of every kind is submitted):
   contention-free backend ("analytical"), using the slowest of the stage's groups (one representative
   when all groups are congruent).
 - PP sends use the same rules on (stage GPU, next-stage GPU) pairs.
+- The reductions change which copies are submitted, never how a submitted one is timed: sampling
+  "full" is the reference, and tests/sim/test_sim_symmetry.py bounds the difference (docs/sim.md).
 
 Time accounting of each representative rank (sums to the iteration time exactly):
 compute (incl. the contention slowdown) + exposed comm per report group (TP, CP, EP, DP, PP) + overhead
@@ -99,7 +120,7 @@ def column_of(op) -> str:
     return "fwd" if op.phase in ("fwd", "iteration_start") else "ig"
 
 
-@dataclass
+@dataclass(slots=True)      # hundreds of thousands per run (pipeline sends, isolated collectives)
 class Handle:
     """A communication operation of one stage (possibly many network collectives)."""
     kind: str
@@ -224,6 +245,8 @@ class Engine:
         # the slowest group's estimate is exact and nothing needs to be submitted
         self.contention_free = getattr(backend, "kind", "") == "analytical"
         self._est_cache: dict = {}
+        self._sub_cache: dict = {}
+        self._fast_info: dict = {}    # (stage, id(op)) -> (idle-network time, group size, footprint, op)
         self.trace: list = []
         self.comm_log: list = []
         self.layers: dict = defaultdict(LayerStats)
@@ -376,6 +399,67 @@ class Engine:
         pairs = self._select(pairs, rep_gpu)
         self._group_cache[key] = pairs
         return pairs
+
+    def _submitted(self, key, groups, collective: str, size: int, rep_gpu: int) -> list:
+        """Groups (of two or more GPUs) whose `collective` of `size` bytes goes to the flow network;
+        cached per key. "auto" on a routing backend: rule (4) of the module docstring."""
+        hit = self._sub_cache.get(key)
+        if hit is None:
+            hit = [g for g in groups if len(g) > 1]
+            if self.sampling == "auto" and not self.contention_free and len(hit) > 1:
+                planner = getattr(self.net, "planner", None)
+                if planner is not None and hasattr(planner, "call"):
+                    if key[0] == "pp":
+                        keep = self._pp_plan(size)[(key[1], key[2])]
+                    else:
+                        comps = route_components(planner, hit, collective, size)
+                        keep = reduce_components(planner.view, comps, _index_of(hit, rep_gpu))[0]
+                    hit = [g for i, g in enumerate(hit) if i in keep]
+            self._sub_cache[key] = hit
+        return hit
+
+    def _route_classes(self, groups: list, collective: str, size: int, rep_gpu: int) -> list:
+        """Rule (4) on one call taken alone: the groups submitted (list order)."""
+        planner = getattr(self.net, "planner", None)
+        if planner is None or not hasattr(planner, "call"):
+            return groups
+        comps = route_components(planner, groups, collective, size)
+        keep = reduce_components(planner.view, comps, _index_of(groups, rep_gpu))[0]
+        return [g for i, g in enumerate(groups) if i in keep]
+
+    def _pp_plan(self, size: int) -> dict:
+        """(src stage, dst stage) -> indices into _pp_pairs kept by rule (4) for sends of `size` bytes,
+        over every stage pair of the schedule at once: a call whose omitted copies use a fabric channel
+        (switch to switch) of a component submitted whole in another PP call is submitted whole too,
+        else that component's flows would miss those copies' load (4e-6 of the 1T benchmark's
+        iteration without this); repeated until no call changes."""
+        key = ("pp_plan", size)
+        hit = self._group_cache.get(key)
+        if hit is None:
+            planner = self.net.planner
+            links = {(s, s + 1) for s in range(self.p - 1)}
+            if self.v > 1 and self.p > 1:
+                links.add((self.p - 1, 0))
+            calls = {}
+            for a, b in sorted(links | {(b, a) for a, b in links}):
+                pairs = [q for q in self._pp_pairs(a, b) if len(q) > 1]
+                rep = _index_of(pairs, int(self.pl.gpus[self.rep_ranks[a]]))
+                comps = route_components(planner, pairs, "send", size) if len(pairs) > 1 else []
+                red = reduce_components(planner.view, comps, rep) if comps else (set(range(len(pairs))), [], set())
+                all_fabric = fabric_channels(planner.view, set().union(*(chans for _, _, chans in comps)))
+                calls[(a, b)] = (len(pairs), red, all_fabric)
+            forced: set = set()
+            while True:
+                # fabric channels of what is submitted whole: whole classes, and whole calls
+                avoid = set().union(*(all_fab if ab in forced else red[2] for ab, (_, red, all_fab) in calls.items()))
+                more = {ab for ab, (_, red, _) in calls.items()
+                        if ab not in forced and any(not avoid.isdisjoint(chans) for chans in red[1])}
+                if not more:
+                    break
+                forced |= more
+            hit = {ab: (set(range(n)) if ab in forced else red[0]) for ab, (n, red, _) in calls.items()}
+            self._group_cache[key] = hit
+        return hit
 
     def _dom_array(self):
         dom = self._group_cache.get("dom_array")
@@ -538,6 +622,7 @@ class Engine:
         self._now = self.t0_s
         self.rep_ranks = [int(self.pl.stage_ranks(s)[0]) for s in range(p)]
         self.isolated = self._find_isolated()
+        self.fast_kinds = frozenset(self.isolated).difference(_CROSS_STAGE, ("pp",))
         kind = self.w.schedule if p > 1 or self.v > 1 else "1f1b"
         if kind == "none":
             kind = "1f1b"
@@ -587,7 +672,8 @@ class Engine:
                 net.advance(t_net)
             else:
                 t, _, fn, args = heapq.heappop(heap)
-                self._now = max(self._now, t)
+                if t > self._now:           # max(self._now, t) without the call (per event)
+                    self._now = t
                 fn(*args)
         return self.finish()
 
@@ -613,6 +699,92 @@ _ROW_PREFIXES = (("embedding", "embedding_layer"), ("final_norm", "final_layer")
                  ("cross_entropy", "cross_entropy"), ("dp_param", "grad_param_comm"),
                  ("dp_grad", "grad_param_comm"), ("edp", "grad_param_comm"), ("grad_norm", "grad_norm"),
                  ("tp_replicated", "grad_norm"), ("optimizer", "optimizer"))
+
+
+def route_components(planner, groups: list, collective: str, size: int):
+    """[(group indices, signature, channels)] of one call: groups joined into components by the
+    network channels their flows use as the backend routes them (ECMP choice included), so no flow
+    of a component shares a channel with another. The signature (per group in list order:
+    algorithm, protocol, timing terms; per flow: payload share, latency, cap, weights on an
+    isomorphic channel pattern; the channels' capacities) is equal for copies that finish at the
+    same time when nothing else crosses them."""
+    cap = planner.view.capacity_Bps
+    calls = [planner.call(CollectiveRequest(collective, g, size)) for g in groups]
+    parent = list(range(len(groups)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: dict = {}
+    for i, c in enumerate(calls):
+        for f in c[3]:
+            for ch in f.channels.tolist():
+                j = owner.setdefault(ch, i)
+                if j != i:
+                    ri, rj = root(i), root(j)
+                    if ri != rj:
+                        parent[max(ri, rj)] = min(ri, rj)
+    members: dict = defaultdict(list)
+    for i in range(len(groups)):
+        members[root(i)].append(i)
+    out = []
+    for comp in members.values():
+        labels: dict = {}
+        sig = []
+        for i in comp:
+            c = calls[i]
+            sig.append((c[1], c[2], c[4], c[5], len(c[3])))
+            for f in c[3]:
+                sig.append((tuple(labels.setdefault(ch, len(labels)) for ch in f.channels.tolist()),
+                            tuple(f.weights.tolist()), f.frac, f.latency_s, f.cap_Bps, f.deps, f.after,
+                            f.nch, f.fill_stages, f.fill_chunk))
+        sig.append(tuple(float(cap[ch]) for ch in labels))
+        out.append((comp, tuple(sig), labels.keys()))
+    return out
+
+
+def _index_of(groups: list, gpu: int) -> int:
+    """Index of the first group holding `gpu` (0 when none does)."""
+    return next((i for i, g in enumerate(groups) if gpu in g), 0)
+
+
+def fabric_channels(view, chans) -> set:
+    """The channels among `chans` that join two network switches (shared by the traffic of many
+    GPUs, unlike a GPU's own access links)."""
+    sw = view.is_network_switch
+    return {ch for ch in chans if sw(int(view.ch_src[ch])) and sw(int(view.ch_dst[ch]))}
+
+
+def reduce_components(view, comps, rep: int):
+    """Rule (4) on one call's route components (route_components): (kept group indices, channel sets
+    of the omitted components, fabric channels of the components kept because their class is kept
+    whole). Copies of one signature are reduced to one (the component holding group `rep`, else the
+    first) when the call has a single class, or when the class uses no fabric channel (a GPU's own
+    access links only, as rule (2)); a class that crosses the fabric beside other classes (a stage
+    pair split by a leaf boundary: its pairs over the spine) is kept whole."""
+    by_sig: dict = defaultdict(list)
+    for comp, sig, chans in comps:
+        by_sig[sig].append((comp, chans))
+    keep: set = set()
+    omitted: list = []
+    whole_fabric: set = set()
+    for members in by_sig.values():
+        fab = [fabric_channels(view, chans) for _, chans in members]
+        if len(by_sig) > 1 and any(fab):
+            for comp, _ in members:
+                keep.update(comp)
+            whole_fabric.update(*fab)
+            continue
+        pick = next((k for k, (comp, _) in enumerate(members) if rep in comp), 0)
+        for k, (comp, chans) in enumerate(members):
+            if k == pick:
+                keep.update(comp)
+            else:
+                omitted.append(set(chans))
+    return keep, omitted, whole_fabric
 
 
 def default_row_key(op) -> str:
@@ -699,7 +871,8 @@ class _StageRun:
         self.rows = None
         # host issue model (sim.overheads) and communication in flight (sim.contention)
         self.host = 0.0            # time the host has issued up to
-        self.prepped = None        # (seg, idx) whose launch cost is already charged
+        self.prepped_seg = -1      # (seg, idx) whose launch cost is already charged
+        self.prepped_idx = -1
         self.pending_host_sync = False
         self.sent = False          # this task sent pipeline data (a batched p2p follows)
         self.live: list[Handle] = []   # handles with a footprint, issued by this stage, maybe in flight
@@ -723,19 +896,25 @@ class _StageRun:
         fps = []
         nxt = math.inf
         pending_event = False
-        if any(h.done and h.done_s <= t for h in self.live):
-            self.live = [h for h in self.live if not (h.done and h.done_s <= t)]
-        for h in self.live:
+        stale = False
+        live = self.live
+        for h in live:
+            done = h.done
+            if done and h.done_s <= t:
+                stale = True
+                continue
             if h.fast:
                 if h.start_s <= t < h.done_s:
                     fps.append(h.fp)
                     nxt = min(nxt, h.done_s)
                 elif h.start_s > t:
                     nxt = min(nxt, h.start_s)
-            elif not h.done:
+            elif not done:
                 pending_event = True
                 if h.start_s == h.start_s and h.start_s <= t:
                     fps.append(h.fp)
+        if stale:
+            self.live = [h for h in live if not (h.done and h.done_s <= t)]
         return fps, nxt, pending_event
 
     def _factor(self, op, fps) -> float:
@@ -811,22 +990,6 @@ class _StageRun:
             self.lag = 0.0
 
     # ---------------- host issue (sim.overheads) ----------------
-    def _launch(self, op) -> None:
-        """Charge op's host issue and launch gap once: it starts no earlier than the host issued it."""
-        hm = self.eng.host
-        key = (self.seg, self.idx)
-        if hm is None or self.prepped == key:
-            return
-        self.prepped = key
-        self.host += hm.host_per_kernel_s
-        t = max(self.clock, self.host) + (0.0 if op.is_comm else hm.kernel_gap_s)
-        if t > self.clock:
-            if self.eng.tracing and t - self.clock > hm.kernel_gap_s * 1.5:
-                self.eng.trace.append((self.stage, "compute", "host issue", self.clock, t - self.clock, "overhead",
-                                       None))
-            self.stats.overhead_s += t - self.clock
-            self.clock = t
-
     def _device_sync(self) -> bool:
         """torch.cuda.synchronize after a batched pipeline p2p: wait for every collective this rank
         has in flight (exposed time per kind). Returns True when blocked."""
@@ -916,47 +1079,41 @@ class _StageRun:
         self.clock = eng._now
         self.step()
 
-    def _fast_ok(self, op) -> bool:
-        """True when `op` can be timed without events: its kind's traffic never contends (isolated
-        NVLink kind in a forward/backward list, or a contention-free backend) and its stream holds
-        no event-driven operation."""
-        eng = self.eng
-        if op.group in _CROSS_STAGE or op.group == "pp":
-            return False
-        if not eng.contention_free:
-            if op.group not in eng.isolated or self.segments[self.seg][0] not in ("fwd", "bwd"):
-                return False
-        stream = self.streams.get(op.group)
-        return stream is None or (not stream.busy and not stream.queue)
-
     def _issue_fast(self, op, rc=None) -> Handle:
         eng = self.eng
-        groups = eng._groups_for(op.group, self.stage)
-        if not eng.contention_free and len(groups) != 1:
-            groups = groups[:1]
-        key = (op.group, self.stage, op.collective, int(op.size_bytes))
-        est = eng._est_cache.get(key)
-        if est is None:
-            reqs = [CollectiveRequest(op.collective, g, int(op.size_bytes), tag=f"{op.group}:{op.name}")
-                    for g in groups if len(g) > 1]
-            est = max((float(eng.net.estimate(r)) for r in reqs), default=0.0)
-            eng._est_cache[key] = est
-        start = max(self.clock, self.fast_free.get(op.group, 0.0))
+        info = eng._fast_info.get((self.stage, id(op)))
+        if info is None:
+            groups = eng._groups_for(op.group, self.stage)
+            if not eng.contention_free and len(groups) != 1:
+                groups = groups[:1]
+            key = (op.group, self.stage, op.collective, int(op.size_bytes))
+            est = eng._est_cache.get(key)
+            if est is None:
+                reqs = [CollectiveRequest(op.collective, g, int(op.size_bytes), tag=f"{op.group}:{op.name}")
+                        for g in groups if len(g) > 1]
+                est = max((float(eng.net.estimate(r)) for r in reqs), default=0.0)
+                eng._est_cache[key] = est
+            fp = eng.footprint(self.stage, op, groups, est) if eng.contention is not None else None
+            # the op object lives as long as the workload (kept in the value), so its id stays unique
+            info = eng._fast_info[(self.stage, id(op))] = (est, len(groups[0]) if groups else 1, fp, op)
+        est, gsize, fp = info[0], info[1], info[2]
+        free = self.fast_free.get(op.group, 0.0)
+        start = free if free > self.clock else self.clock
         done = start + est
         self.fast_free[op.group] = done
         eng.bypassed += 1
         h = Handle(kind=op.group, name=op.name, start_s=start, done_s=done, done=True, fast=True, op=op,
                    stage=self.stage, collective=op.collective, size_bytes=int(op.size_bytes),
-                   group_size=len(groups[0]) if groups else 1)
+                   group_size=gsize)
         eng.comm_log.append(h)
-        if eng.contention is not None:
-            self._track(h, eng.footprint(self.stage, op, groups, est))
+        if fp is not None:
+            self._track(h, fp)
         if self.record:
             row, col = rc if rc is not None else (eng.row_key(op), column_of(op))
             st = eng.layers[row]
             st.comm_s[col] += est
             st.comm_bytes[col] += op.size_bytes
-            st.comm_kind[col] = (op.collective, len(groups[0]))
+            st.comm_kind[col] = (op.collective, gsize)
         if eng.tracing:
             eng.trace.append((self.stage, f"comm:{op.group}", op.name, start, est, "comm", h))
         return h
@@ -1006,7 +1163,9 @@ class _StageRun:
                     master = Handle(kind=op.group, name=op.name)
                     def reqs():
                         return [CollectiveRequest(op.collective, g, int(op.size_bytes), tag=f"{op.group}:{op.name}")
-                                for g in groups if len(g) > 1]
+                                for g in eng._submitted(("x", op.group, op.collective, int(op.size_bytes)), groups,
+                                                        op.collective, int(op.size_bytes),
+                                                        int(eng.pl.gpus[eng.rep_ranks[0]]))]
                     for hh in rdv["handles"]:
                         hh.start_s = t
                         hh.rdv_s = t
@@ -1023,7 +1182,8 @@ class _StageRun:
 
             def reqs():
                 return [CollectiveRequest(op.collective, g, int(op.size_bytes), tag=f"{op.group}:{op.name}")
-                        for g in groups if len(g) > 1]
+                        for g in eng._submitted(est_key, groups, op.collective, int(op.size_bytes),
+                                                int(eng.pl.gpus[eng.rep_ranks[self.stage]]))]
 
             def make_reqs(h: Handle, t: float) -> None:
                 eng._submit_or_estimate(h, reqs, t, est_key)
@@ -1051,7 +1211,9 @@ class _StageRun:
         p = eng.p
         dst_vs, size, key, stream = send_target(eng, self.prog, self._vstage(c), direction, mb, size)
         dst_stage = dst_vs % p
-        handle = eng._avail.setdefault(key, Handle(kind="pp", name=f"{key[0]} vs{dst_vs} mb{mb}"))
+        handle = eng._avail.get(key)
+        if handle is None:
+            handle = eng._avail[key] = Handle(kind="pp", name=f"{key[0]} vs{dst_vs} mb{mb}")
         if size <= 0 or dst_stage == self.stage:
             handle.start_s = now
             eng._push(now, eng._finish, handle)
@@ -1063,14 +1225,19 @@ class _StageRun:
         eng.comm_log.append(handle)
         if eng.host is not None and eng.host.sync_on_pipeline_p2p:   # only a device sync clears the list
             self.sent_handles.append(handle)
-        if eng.contention is not None:
-            self._track(handle, eng.footprint(self.stage, CommOp(handle.name, "send", "pp", size), pairs))
-
         est_key = ("pp", self.stage, dst_stage, size)
+        if eng.contention is not None:
+            fp = eng._fp_cache.get(est_key)     # footprint() keys on stage, kind, op and size only
+            if fp is None:
+                fp = eng._fp_cache[est_key] = eng.footprint(self.stage, CommOp(handle.name, "send", "pp", size), pairs)
+            self._track(handle, fp)
+
+        rep_gpu = int(eng.pl.gpus[eng.rep_ranks[self.stage]])
 
         def make_reqs(h: Handle, t: float) -> None:
             eng._submit_or_estimate(h, lambda: [CollectiveRequest("send", pair, size, tag=f"pp:{h.name}")
-                                                for pair in pairs], t, est_key)
+                                                for pair in eng._submitted(est_key, pairs, "send", size, rep_gpu)],
+                                    t, est_key)
 
         eng._stream_issue(self, stream, handle, make_reqs)
 
@@ -1081,10 +1248,15 @@ class _StageRun:
         eng = self.eng
         vs = self._vstage(c)
         if d == "fwd" and vs > 0:
-            return eng._avail.setdefault(("act", vs, mb), Handle(kind="pp", name=f"act vs{vs} mb{mb}"))
-        if d == "bwd" and vs < eng.p * eng.v - 1:
-            return eng._avail.setdefault(("grad", vs, mb), Handle(kind="pp", name=f"grad vs{vs} mb{mb}"))
-        return None
+            key = ("act", vs, mb)
+        elif d == "bwd" and vs < eng.p * eng.v - 1:
+            key = ("grad", vs, mb)
+        else:
+            return None
+        h = eng._avail.get(key)
+        if h is None:
+            h = eng._avail[key] = Handle(kind="pp", name=f"{key[0]} vs{vs} mb{mb}")
+        return h
 
     def step(self) -> None:
         """Run as far as possible from engine time; re-entered by events."""
@@ -1125,31 +1297,60 @@ class _StageRun:
                 self.explicit_pp = explicit
                 self.idx = 0
                 self.seg_outstanding = []
-            # run the ops of the segment
+            # run the ops of the segment (hot loop: one pass per op; locals instead of attributes)
             ops = self.ops
-            while self.idx < len(ops):
-                op = ops[self.idx]
+            durs = self.durs
+            nops = len(ops)
+            pending = self.pending
+            stats = self.stats
+            tracing = eng.tracing
+            record = self.record
+            slow = self.factor != 1.0
+            seg_no = self.seg
+            if hm is not None:
+                per_kernel, gap = hm.host_per_kernel_s, hm.kernel_gap_s
+            # kinds whose ops are timed without events (their traffic never contends: isolated NVLink
+            # kinds inside forward/backward lists, or anything on a contention-free backend) when their
+            # stream holds no event-driven operation
+            fast_kinds = None if eng.contention_free else (eng.fast_kinds if seg[0] in ("fwd", "bwd") else ())
+            streams = self.streams
+            while self.idx < nops:
+                idx = self.idx
+                op = ops[idx]
                 if self.pending_host_sync:
                     self.host = max(self.host, self.clock)     # the host read a result (.item())
                     self.pending_host_sync = False
-                waits = self.pending.get(op.name)
-                if waits:
-                    while waits:
-                        h = waits[0]
-                        if h.fast:
-                            self._fast_wait(h, op)
-                        elif not h.done:
-                            if self.clock > now:
-                                eng._push(self.clock, self.step)
-                                return
-                            if self._wait(h, (report_group(h.kind), h, op)):
-                                return
-                        waits.pop(0)
-                    del self.pending[op.name]
-                if hm is not None:
-                    self._launch(op)
+                if pending:
+                    waits = pending.get(op.name)
+                    if waits:
+                        while waits:
+                            h = waits[0]
+                            if h.fast:
+                                self._fast_wait(h, op)
+                            elif not h.done:
+                                if self.clock > now:
+                                    eng._push(self.clock, self.step)
+                                    return
+                                if self._wait(h, (report_group(h.kind), h, op)):
+                                    return
+                            waits.pop(0)
+                        del pending[op.name]
+                if hm is not None and (self.prepped_idx != idx or self.prepped_seg != seg_no):
+                    # host issue and launch gap, charged once per op: it starts no earlier than the
+                    # host issued it (sim.overheads)
+                    self.prepped_seg, self.prepped_idx = seg_no, idx
+                    host = self.host + per_kernel
+                    self.host = host
+                    clock = self.clock
+                    t = (clock if clock >= host else host) + (0.0 if op.is_comm else gap)
+                    if t > clock:
+                        if tracing and t - clock > gap * 1.5:
+                            eng.trace.append((self.stage, "compute", "host issue", clock, t - clock, "overhead",
+                                              None))
+                        stats.overhead_s += t - clock
+                        self.clock = t
                 if not op.is_comm:
-                    dur = self.durs[self.idx]
+                    dur = durs[idx]
                     if cm is not None and self.live:
                         fps, nxt, pending_event = self._live_state(self.clock)
                         if pending_event:
@@ -1164,20 +1365,22 @@ class _StageRun:
                         if fps or nxt < self.clock + dur:
                             self._kernel_done(op, dur, self.clock, self._arith_end(op, self.clock, dur))
                             continue
-                    if eng.tracing:
+                    if tracing:
                         eng.trace.append((self.stage, "compute", op.name, self.clock, dur, op.phase, op))
-                    if self.record:
-                        row, col = self.rows[self.idx]
+                    if record:
+                        row, col = self.rows[idx]
                         eng.layers[row].compute_s[col] += dur
                     self.clock += dur
-                    self.stats.compute_s += dur
-                    if self.factor != 1.0:
+                    stats.compute_s += dur
+                    if slow:
                         self.lag += dur - dur / self.factor
-                    self.idx += 1
+                    self.idx = idx + 1
                     continue
                 if self.lag and op.group in _LOCKSTEP_KINDS:
                     self._charge_lag(op)
-                if self._fast_ok(op):
+                g = op.group
+                if ((g in fast_kinds) if fast_kinds is not None else (g not in _CROSS_STAGE and g != "pp")) and (
+                        (stream := streams.get(g)) is None or (not stream.busy and not stream.queue)):
                     rc = self.rows[self.idx] if self.record else None
                     h = self._issue_fast(op, rc)
                     self.idx += 1

@@ -109,7 +109,7 @@ class _Stage:
         self.xqueue: dict = {}     # cross-stage kind -> [(handle, rendezvous key, issue time)] not yet started
         self.xbusy: dict = {}      # cross-stage kind -> handle its stream runs (or ran last)
         self.live: list = []       # contention model: handles with a footprint, maybe still in flight
-        self.opinfo: dict = {}     # id(CommOp) -> (time, group size, footprint) on this stage
+        self.opinfo: dict = {}     # id(CommOp) -> (time, group size, footprint, group, name, collective, size)
 
 
 class FastRun:
@@ -228,32 +228,34 @@ class FastRun:
         groups = eng._groups_for(op.group, st.stage)
         est = self._est((op.group, st.stage, op.collective, int(op.size_bytes)), groups, op)
         fp = eng.footprint(st.stage, op, groups, est) if eng.contention is not None else None
-        info = (est, len(groups[0]) if groups else 1, fp)
+        # the op's fixed fields too: a stage issues the same op once per micro-batch
+        info = (est, len(groups[0]) if groups else 1, fp, op.group, op.name, op.collective, int(op.size_bytes))
         st.opinfo[id(op)] = info
         return info
 
     def _issue_fast(self, st: _Stage, op, rc) -> _Rec:
         info = st.opinfo.get(id(op)) or self._op_info(st, op)
-        est = info[0]
-        group = op.group
-        start = st.fast_free.get(group, 0.0)
-        if start < st.clock:
-            start = st.clock
+        est, gsize, fp, group, name, collective, size = info
+        fast_free = st.fast_free
+        start = fast_free.get(group, 0.0)
+        clock = st.clock
+        if start < clock:
+            start = clock
         done = start + est
-        st.fast_free[group] = done
-        h = _Rec(group, op.name, op, st.stage, op.collective, int(op.size_bytes), info[1], start, done)
+        fast_free[group] = done
+        h = _Rec(group, name, op, st.stage, collective, size, gsize, start, done)
         self.log.append(h)
-        if info[2] is not None:
-            h.fp = info[2]
+        if fp is not None:
+            h.fp = fp
             st.live.append(h)
         if rc is not None:
             row, col = rc
             ls = self.eng.layers[row]
             ls.comm_s[col] += est
             ls.comm_bytes[col] += op.size_bytes
-            ls.comm_kind[col] = (op.collective, info[1])
+            ls.comm_kind[col] = (collective, gsize)
         if self.trace is not None:
-            self.trace.append((st.stage, f"comm:{group}", op.name, start, est, "comm", h))
+            self.trace.append((st.stage, f"comm:{group}", name, start, est, "comm", h))
         return h
 
     def _issue_cross(self, st: _Stage, op, rc) -> Handle:

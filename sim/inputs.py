@@ -61,8 +61,11 @@ def load_workload_file(path: str | Path):
     CSV log clustersim wrote (by its header; workload_gen.aicb_csv) or a Chakra trace folder /
     `<prefix>.<rank>.et` file (sim.chakra)."""
     p = Path(path)
-    from sim.chakra import is_chakra_input
-    if is_chakra_input(p):
+    # sim.chakra is imported only for what can be a trace (a folder, or `<prefix>.<rank>.et[.gz]`)
+    from_chakra = p.is_dir() or p.name.endswith((".et", ".et.gz"))
+    if from_chakra:
+        from sim.chakra import is_chakra_input
+    if from_chakra and is_chakra_input(p):
         from sim.chakra import load_chakra
         return load_chakra(p)
     if not p.is_file():

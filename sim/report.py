@@ -1,4 +1,5 @@
-"""Results of a run: summary JSON + human table, EndToEnd-style per-layer CSV, Chrome trace, PNG charts.
+"""Results of a run: summary JSON + human table, EndToEnd-style per-layer CSV, Chrome trace, charts
+(SVG by default: the report's own charts, sim.html.svg; PNG with matplotlib on request), report.html.
 
 Everything is written into a temporary directory beside the target and renamed into place when
 complete (an existing results directory is replaced only after the new one is fully written).
@@ -16,6 +17,7 @@ import math
 import os
 import shutil
 import tempfile
+from operator import itemgetter
 from pathlib import Path
 
 from netsim.api import bus_factor
@@ -159,6 +161,32 @@ def chrome_trace(rep, ranks=None, links: int = TRACE_LINKS) -> dict:
     links: counter tracks (ph C) of the `links` hottest links' utilisation, in a process of their own
     (pid = world size, no rank has it), when the report carries link loads (flow backend).
     """
+    return json.loads(trace_json(rep, ranks, links))
+
+
+def trace_json(rep, ranks=None, links: int = TRACE_LINKS) -> str:
+    """The text of trace.json (compact JSON; chrome_trace is its parsed form). Slices are written as
+    text as they are made (no dict per slice): a slice's fixed head (pid, tid, name, cat) and its
+    argument dicts, shared by many slices, are encoded once each."""
+    return "".join(_trace_parts(rep, ranks, links))
+
+
+def write_trace_json(path: Path, rep, ranks=None, links: int = TRACE_LINKS) -> None:
+    """trace_json(rep, ranks, links) written to `path` in pieces (no second copy of a 10^7-byte text)."""
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.writelines(_trace_parts(rep, ranks, links))
+
+
+def _trace_parts(rep, ranks, links: int) -> list[str]:
+    from sim.trace_text import encode_events
+    events, other = _trace_events(rep, ranks, links)
+    return ['{"traceEvents":[', ",".join(encode_events(events)),
+            '],"displayTimeUnit":"ms","otherData":' + json.dumps(other, separators=(",", ":")) + "}"]
+
+
+def _trace_events(rep, ranks, links: int) -> tuple[list, dict]:
+    """(events, otherData) of trace_json: events are JSON text (the stage view's slices) or dicts."""
+    from sim.trace_text import encode, slice_head, slice_ns, slice_texts
     stages = _trace_stages(rep, ranks)
     if ranks is not None and getattr(rep, "placement", None) is not None:
         return _ranks_trace(rep, ranks, links)
@@ -166,66 +194,92 @@ def chrome_trace(rep, ranks=None, links: int = TRACE_LINKS) -> dict:
     asked: dict[int, list[int]] = {}
     for r in ranks or ():
         asked.setdefault(int(rep.rank_stage[int(r)]), []).append(int(r))
-    events = []
+    events: list = []
     tids: dict[tuple[int, str], int] = {}
+    per_pid: dict[int, int] = {}
     for i in stages:
         rank = rep.rep_ranks[i]
         gpu = rep.rep_gpus[i] if i < len(rep.rep_gpus) else rank
         label = f"rank {rank} (stage {i}, GPU {gpu})"
         if asked.get(i) and asked[i] != [rank]:
             label += f"; stands for rank(s) {', '.join(map(str, sorted(set(asked[i]))))} of the stage"
-        events.append({"ph": "M", "pid": rank, "name": "process_name", "args": {"name": label}})
-        events.append({"ph": "M", "pid": rank, "name": "process_sort_index", "args": {"sort_index": i}})
+        events.append(encode({"ph": "M", "pid": rank, "name": "process_name", "args": {"name": label}}))
+        events.append(encode({"ph": "M", "pid": rank, "name": "process_sort_index", "args": {"sort_index": i}}))
 
-    def tid_of(pid: int, thread: str) -> int:
+    def tid_of(pid: int, thread: str, sink: list) -> int:
         tid = tids.get((pid, thread))
         if tid is None:
-            tid = len([k for k in tids if k[0] == pid])
-            tids[(pid, thread)] = tid
-            events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": thread}})
+            tid = tids[(pid, thread)] = per_pid.get(pid, 0)
+            per_pid[pid] = tid + 1
+            sink.append(encode({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": thread}}))
         return tid
 
+    trace = rep.trace
+    if len(shown) < len(rep.rep_ranks):
+        trace = [ev for ev in trace if ev[0] in shown]
+    args_col = [ev[6] if len(ev) > 6 else None for ev in trace]
+    ts_ns, dur_ns = slice_ns(trace)
+    # the slices' text is made column-wise (sim.trace_text); what depends on event order is placed
+    # here: a stream's thread metadata before its first slice (tids in order of first appearance), a
+    # pipeline send's receive slice and flow arrow after it, cross-stage collectives' members
+    first: dict[tuple[int, str], int] = {}
+    for i, k in enumerate(map(itemgetter(0, 1), trace)):
+        if k not in first:
+            first[k] = i
+    distinct = {id(a): a for a in args_col if a}
+    marked = {k for k, a in distinct.items() if a.get("group") in _CROSS_STAGE or a.get("peer_stage", -1) >= 0}
+    special = {i for i, k in enumerate(map(id, args_col)) if k in marked and trace[i][5] == "comm"}
+    before: dict[int, list] = {}
+    after: dict[int, list] = {}
     flow_id = 0
     members: dict[tuple, list[dict]] = {}   # cross-stage collective instance -> its slices, by stage
-    for ev in rep.trace:
-        stage, thread, name, start, dur, cat = ev[:6]
-        if stage not in shown:
+    rep_ranks = rep.rep_ranks
+    for i in sorted(special.union(first.values())):
+        stage, thread, name = trace[i][:3]
+        pid = rep_ranks[stage]
+        if first[(stage, thread)] == i:
+            tid_of(pid, thread, before.setdefault(i, []))
+        if i not in special:
             continue
-        args = ev[6] if len(ev) > 6 else None
-        pid = rep.rep_ranks[stage]
-        tid = tid_of(pid, thread)
-        # round both ends, not start and duration: back-to-back events must not overlap by a rounding
-        # nanosecond (Perfetto treats partially overlapping slices of one thread as mis-nested)
-        ts_ns = round(start * 1e9)
-        end_ns = max(round((start + max(dur, 0.0)) * 1e9), ts_ns)
-        x = {"ph": "X", "pid": pid, "tid": tid, "name": name, "cat": cat,
-             "ts": ts_ns / 1000, "dur": (end_ns - ts_ns) / 1000}
-        if args:
-            x["args"] = args
-            if cat == "comm" and args.get("group") in _CROSS_STAGE:
-                # the participants' slices of one instance share its start (the rendezvous time)
-                members.setdefault((args["group"], name, ts_ns), []).append(x)
-        events.append(x)
-        peer = args.get("peer_stage", -1) if args and cat == "comm" else -1
+        tid, args = tids[(pid, thread)], args_col[i]
+        t_ns = int(ts_ns[i])
+        ts, d = t_ns / 1000, int(dur_ns[i]) / 1000
+        if args.get("group") in _CROSS_STAGE:
+            # the participants' slices of one instance share its start (the rendezvous time)
+            members.setdefault((args["group"], name, t_ns), []).append({"pid": pid, "tid": tid, "ts": ts, "args": args})
+        peer = args.get("peer_stage", -1)
         if peer >= 0 and peer in shown:
             flow_id += 1
-            rpid = rep.rep_ranks[peer]
+            sink = after.setdefault(i, [])
+            rpid = rep_ranks[peer]
             rthread = "comm:pp_recv_act" if thread == "comm:pp_next" else "comm:pp_recv_grad"
-            rtid = tid_of(rpid, rthread)
-            events.append({"ph": "X", "pid": rpid, "tid": rtid, "name": f"recv {name}", "cat": "comm",
-                           "ts": ts_ns / 1000, "dur": (end_ns - ts_ns) / 1000,
-                           "args": {**args, "collective": "recv", "from_stage": stage}})
-            events.append({"ph": "s", "id": flow_id, "pid": pid, "tid": tid, "ts": ts_ns / 1000,
-                           "name": "pipeline send", "cat": "pp_flow"})
-            events.append({"ph": "f", "bp": "e", "id": flow_id, "pid": rpid, "tid": rtid, "ts": ts_ns / 1000,
-                           "name": "pipeline send", "cat": "pp_flow"})
+            rtid = tid_of(rpid, rthread, sink)
+            sink.append(encode([
+                {"ph": "X", "pid": rpid, "tid": rtid, "name": f"recv {name}", "cat": "comm", "ts": ts, "dur": d,
+                 "args": {**args, "collective": "recv", "from_stage": stage}},
+                {"ph": "s", "id": flow_id, "pid": pid, "tid": tid, "ts": ts, "name": "pipeline send", "cat": "pp_flow"},
+                {"ph": "f", "bp": "e", "id": flow_id, "pid": rpid, "tid": rtid, "ts": ts, "name": "pipeline send",
+                 "cat": "pp_flow"}])[1:-1])
+    head_of = {k: slice_head(rep_ranks[k[0]], tids[(rep_ranks[k[0]], k[1])], k[2], k[3])
+               for k in dict.fromkeys(map(itemgetter(0, 1, 2, 5), trace))}
+    slices = slice_texts(trace, args_col, head_of, ts_ns, dur_ns)
+    prev = 0
+    for i in sorted(before.keys() | after.keys()):
+        events.extend(slices[prev:i])
+        events.extend(before.get(i, ()))
+        events.append(slices[i])
+        events.extend(after.get(i, ()))
+        prev = i + 1
+    events.extend(slices[prev:])
     pipeline_flows = flow_id
-    flow_id = _collective_flows(events, members, flow_id)
-    counters = _link_counters(events, rep, links)
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"generator": "clustersim", "iteration_time_s": rep.iteration_time_s,
-                          "stages_shown": stages, "pipeline_flows": pipeline_flows,
-                          "collective_flows": flow_id - pipeline_flows, "link_counters": counters}}
+    tail: list = []      # every event is text (trace_text.encode_events passes it through)
+    flow_id = _collective_flows(tail, members, flow_id)
+    counters = _link_counters(tail, rep, links)
+    if tail:
+        events.append(encode(tail)[1:-1])
+    return events, {"generator": "clustersim", "iteration_time_s": rep.iteration_time_s,
+                    "stages_shown": stages, "pipeline_flows": pipeline_flows,
+                    "collective_flows": flow_id - pipeline_flows, "link_counters": counters}
 
 
 def _collective_flows(events: list, members: dict, flow_id: int) -> int:
@@ -237,8 +291,8 @@ def _collective_flows(events: list, members: dict, flow_id: int) -> int:
     return flow_id
 
 
-def _ranks_trace(rep, ranks, links: int) -> dict:
-    """chrome_trace with --trace-ranks: one process per requested rank (sim.trace_ranks)."""
+def _ranks_trace(rep, ranks, links: int) -> tuple[list, dict]:
+    """_trace_events with --trace-ranks: one process per requested rank (sim.trace_ranks)."""
     from sim.trace_ranks import rank_trace
     events: list = []
     tids: dict[tuple[int, str], int] = {}
@@ -254,9 +308,8 @@ def _ranks_trace(rep, ranks, links: int) -> dict:
 
     other = rank_trace(rep, ranks, events, tid_of)
     counters = _link_counters(events, rep, links)
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"generator": "clustersim", "iteration_time_s": rep.iteration_time_s, **other,
-                          "link_counters": counters}}
+    return events, {"generator": "clustersim", "iteration_time_s": rep.iteration_time_s, **other,
+                    "link_counters": counters}
 
 
 def _link_counters(events: list, rep, links: int) -> dict:
@@ -374,8 +427,10 @@ def plot_timeline(rep, path: Path) -> None:
     plt.close(fig)
 
 
-RUN_FILES = ("summary.json", "summary.txt", "EndToEnd.csv", "trace.json", "breakdown.png", "timeline.png",
-             "report.html")
+CHART_FORMATS = ("svg", "png", "none")     # `run --charts`
+# every file a run may write (an earlier results directory holding only these may be replaced)
+RUN_FILES = ("summary.json", "summary.txt", "EndToEnd.csv", "trace.json", "breakdown.svg", "timeline.svg",
+             "breakdown.png", "timeline.png", "report.html")
 COMPARE_FILES = ("compare.csv", "compare.txt", "compare.json", "compare.png", "report.html")
 
 
@@ -457,17 +512,51 @@ def _json_default(x):
         return str(x)
 
 
-def write_results(rep, out_dir: str | Path, run_name: str = "clustersim", charts: bool = True,
+def chart_format(charts) -> str:
+    """`charts` of write_results as one of CHART_FORMATS (True: "svg", False/None: "none")."""
+    if charts is True:
+        return "svg"
+    if charts is False or charts is None:
+        return "none"
+    if charts not in CHART_FORMATS:
+        raise SimError(f"--charts: '{charts}' is not one of {', '.join(CHART_FORMATS)}")
+    return charts
+
+
+def write_svg_charts(rep, tmp: Path, charts: dict) -> None:
+    """breakdown.svg and timeline.svg (the charts of report.html, sim.html.run_report, as files)."""
+    from sim.html.svg import standalone
+    svg, entries = charts["breakdown"]
+    (tmp / "breakdown.svg").write_text(standalone(
+        svg, f"Time breakdown: iteration {rep.iteration_time_s:.6f} s (mean over stages and per stage)", entries),
+        encoding="utf-8")
+    if charts.get("timeline") is not None:
+        svg, entries, drawn, total, until = charts["timeline"]
+        note = ("one lane per stream of each stage's representative rank (compute first); idle time is the "
+                "background; bars closer than a pixel merged")
+        if drawn < total:
+            note += f"; truncated: {drawn:,} of {total:,} bars drawn, complete up to t = {until:.6f} s"
+        (tmp / "timeline.svg").write_text(standalone(
+            svg, "Timeline of one pipeline (each stage's representative rank)", entries, note), encoding="utf-8")
+
+
+def write_results(rep, out_dir: str | Path, run_name: str = "clustersim", charts: str | bool = "svg",
                   trace: bool = True, extra: dict | None = None, trace_ranks=None, sections: dict | None = None,
                   trace_links: int = TRACE_LINKS,
                   summary_tail: str = "", workload=None, topology=None) -> Path:
-    """Write summary.json, summary.txt, EndToEnd.csv, trace.json, PNG charts and report.html into `out_dir`.
+    """Write summary.json, summary.txt, EndToEnd.csv, trace.json, charts and report.html into `out_dir`.
+    charts: "svg" (breakdown.svg, timeline.svg: the report's own charts, no matplotlib), "png"
+    (breakdown.png, timeline.png drawn with matplotlib) or "none" (no chart files and no topology picture
+    in report.html); True / False mean "svg" / "none".
     trace_ranks: None (every stage in trace.json) or ranks whose stages it shows (chrome_trace);
     trace_links: counter tracks of that many hottest links in trace.json.
     workload, topology: the run's inputs, for report.html's per-stage memory and topology picture."""
+    fmt = chart_format(charts)
     if trace and rep.trace:
         _trace_stages(rep, trace_ranks)      # a bad rank fails before anything is written
+
     def write(tmp: Path) -> None:
+        from sim.html.run_report import breakdown_chart, run_html, timeline_chart
         data = rep.to_dict()
         if extra:
             data["inputs"] = extra
@@ -476,13 +565,15 @@ def write_results(rep, out_dir: str | Path, run_name: str = "clustersim", charts
         (tmp / "summary.txt").write_text(format_summary(rep) + (f"\n{summary_tail}" if summary_tail else "") + "\n")
         (tmp / "EndToEnd.csv").write_text(end_to_end_csv(rep, run_name))
         if trace and rep.trace:
-            # json.dumps, not json.dump: only dumps uses the C encoder (~4x faster on 10^5 events)
-            (tmp / "trace.json").write_text(json.dumps(chrome_trace(rep, trace_ranks, trace_links), separators=(",", ":")))
-        if charts:
+            write_trace_json(tmp / "trace.json", rep, trace_ranks, trace_links)
+        # the report's charts, made once: report.html embeds them and --charts svg writes them as files
+        html_charts = {"breakdown": breakdown_chart(rep), "timeline": timeline_chart(rep)}
+        if fmt == "svg":
+            write_svg_charts(rep, tmp, html_charts)
+        elif fmt == "png":
             plot_breakdown(rep, tmp / "breakdown.png")
             if rep.trace:
                 plot_timeline(rep, tmp / "timeline.png")
-        from sim.html.run_report import run_html
-        (tmp / "report.html").write_text(run_html(rep, workload, topology, picture=charts, tmp_dir=tmp,
-                                                  sections=sections), encoding="utf-8")
+        (tmp / "report.html").write_text(run_html(rep, workload, topology, picture=fmt != "none", tmp_dir=tmp,
+                                                  sections=sections, charts=html_charts), encoding="utf-8")
     return atomic_dir(out_dir, write)

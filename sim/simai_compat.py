@@ -390,8 +390,8 @@ def translate(mode: str, argv: list[str], env: dict[str, str],
         notes.append(f"-t {ns.thread}: thread count: ignored (clustersim's flow engine runs in one process; "
                      "`clustersim sweep -j` runs jobs in parallel)")
     if ns.visual is not None:
-        notes.append(f"-v {ns.visual}: SimAI's HTML chart: ignored (clustersim writes breakdown.png, timeline.png "
-                     "and trace.json; --no-charts skips them)")
+        notes.append(f"-v {ns.visual}: SimAI's HTML chart: ignored (clustersim writes report.html, breakdown.svg, "
+                     "timeline.svg and trace.json; --charts png: PNG charts, --charts none: none)")
     if ns.nic_type is not None:
         notes.append(f"-nic_t {ns.nic_type}: NIC type: ignored (it picks SimAI's default NIC busbw; here the "
                      "topology's NIC rate and netsim's calibrated efficiency, or -nic, apply)")

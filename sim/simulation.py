@@ -215,6 +215,21 @@ def simulate(workload, topology, *, gpu: str, network="flow", db=None, placement
     fast_path: on a contention-free backend, run the iteration arithmetically (sim.fastpath; same
     results) unless something needs the event engine; meta["engine"] says which ran and why.
     """
+    from contextlib import nullcontext
+
+    from sim.fastpath import no_cyclic_gc
+    analytical = (network if isinstance(network, str) else getattr(network, "kind", "")) == "analytical"
+    # an analytical run builds 10^5 records and routes in about a second: the cyclic collector is paused
+    # (it would re-scan them all several times) and collects after the run; flow runs keep it (long runs)
+    with no_cyclic_gc() if analytical else nullcontext():
+        return _simulate(workload, topology, gpu=gpu, network=network, db=db, placement=placement,
+                         progress=progress, sampling=sampling, trace=trace, row_key=row_key,
+                         network_options=network_options, net_calibration=net_calibration,
+                         overheads=overheads, contention=contention, stragglers=stragglers, fast_path=fast_path)
+
+
+def _simulate(workload, topology, *, gpu, network, db, placement, progress, sampling, trace, row_key,
+              network_options, net_calibration, overheads, contention, stragglers, fast_path) -> StepReport:
     t_wall = time.perf_counter()
     plan = workload.plan
     if db is None:

@@ -67,8 +67,11 @@ def annotate(trace: list, times: dict, sources: dict, engine, backend) -> list:
             args = _HOST if ev[5] == "overhead" else None
         elif not getattr(ref, "is_comm", True):
             args = kernel_args(ref)
-        elif ev[5] == "wait":
-            args = {"waits_for": ref.name, "group": ref.kind}
+        elif ev[5] == "wait":   # one dict per operation waited for, shared (trace.json encodes it once)
+            key = ("w", ref.name, ref.kind)
+            args = cache.get(key)
+            if args is None:
+                args = cache[key] = {"waits_for": ref.name, "group": ref.kind}
         elif ref.stage >= 0:
             args = comm_args(ref)
         else:

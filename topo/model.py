@@ -175,14 +175,65 @@ class Topology:
             self._cache["rail"] = _rails(self)
         return self._cache.get("nic_rail", {}).get(nic, -1)
 
+    def nvlink_domains(self) -> list[int]:
+        """NVLink domain index of every GPU (nvlink_domain_of for all GPUs at once; cached, do not modify)."""
+        dom = self._cache.get("domain")
+        if dom is None:
+            dom = _nvlink_domains(self)
+            self._cache["domain"] = dom
+        return dom
+
+    def rails(self) -> list[int]:
+        """rail_of of every GPU (cached, do not modify)."""
+        if self.num_gpus:
+            self.rail_of(0)
+        return self._cache.get("rail", [])
+
+    def link_arrays(self) -> LinkArrays:
+        """Per-link numpy columns (cached): what route and capacity tables need, without a Python loop
+        over Link objects in each consumer (netsim.TopoView, topo.Router)."""
+        got = self._cache.get("link_arrays")
+        if got is None:
+            got = self._cache["link_arrays"] = _link_arrays(self.links)
+        return got
+
     def gpu_ports(self, gpu: int) -> list[tuple[int, ...]]:
         """Shortest host-side exits of a GPU: node paths (gpu, [pcie..., nic], network switch)."""
-        ports = self._cache.setdefault("ports", {})
+        ports = self._cache.get("ports")
+        if ports is None:
+            ports = self._cache["ports"] = _direct_ports(self)
         got = ports.get(gpu)
         if got is None:
             got = _ports(self, gpu)
             ports[gpu] = got
         return got
+
+
+@dataclass(frozen=True)
+class LinkArrays:
+    """Columns of Topology.links (index = link id): src / dst node ids (int64), bandwidth_Bps, latency_s,
+    health = capacity_factor x (1 - error_rate) (float64), kind (list of str)."""
+    src: object
+    dst: object
+    bandwidth_Bps: object
+    latency_s: object
+    health: object
+    kind: list
+
+
+def _link_arrays(links) -> LinkArrays:
+    from operator import attrgetter
+
+    import numpy as np
+    n = len(links)
+
+    def col(name: str, dtype):
+        return np.fromiter(map(attrgetter(name), links), dtype=dtype, count=n)
+
+    return LinkArrays(col("src", np.int64), col("dst", np.int64), col("bandwidth_Bps", np.float64),
+                      col("latency_s", np.float64),
+                      col("capacity_factor", np.float64) * (1.0 - col("error_rate", np.float64)),
+                      list(map(attrgetter("kind"), links)))
 
 
 def tier_rank(tier: str) -> int:
@@ -218,15 +269,42 @@ class DisjointSets:
 
 
 def _nvlink_domains(t: Topology) -> list[int]:
-    sets = DisjointSets(len(t.nodes))
-    for link in t.links:
-        if link.kind == "nvlink":
-            sets.union(link.src, link.dst)
-    label: dict[int, int] = {}
-    out = []
-    for g in range(t.num_gpus):
-        r = sets.find(g)
-        out.append(label.setdefault(r, len(label)))
+    """Per GPU: index of its NVLink component (nodes joined by NVLink links), numbered in order of
+    the components' first GPU. Components: min-label propagation with pointer jumping over the NVLink
+    links (each node ends with its component's lowest id), vectorised over all links."""
+    import numpy as np
+    G = t.num_gpus
+    if G == 0:
+        return []
+    la = t.link_arrays()
+    nv = np.fromiter((k == "nvlink" for k in la.kind), dtype=bool, count=len(la.kind))
+    src, dst = la.src[nv], la.dst[nv]
+    label = np.arange(len(t.nodes), dtype=np.int64)
+    while True:
+        new = label.copy()
+        np.minimum.at(new, src, label[dst])
+        np.minimum.at(new, dst, label[src])
+        new = new[new]     # a node's label is a node of its component with a lower id: jump to its label
+        if np.array_equal(new, label):
+            break
+        label = new
+    roots = label[:G]
+    uniq, first = np.unique(roots, return_index=True)
+    rank = np.empty(len(uniq), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(uniq))
+    return rank[np.searchsorted(uniq, roots)].tolist()
+
+
+def _direct_ports(t: Topology) -> dict[int, list[tuple[int, ...]]]:
+    """_ports of every GPU with a link straight to a network switch, for all GPUs at once: the BFS
+    stops at its first level there, with those links in link order."""
+    import numpy as np
+    la = t.link_arrays()
+    net = np.fromiter((is_network_switch(n) for n in t.nodes), dtype=bool, count=len(t.nodes))
+    sel = np.flatnonzero((la.src < t.num_gpus) & net[la.dst])     # ascending link ids = out_links order
+    out: dict[int, list[tuple[int, ...]]] = {}
+    for g, sw in zip(la.src[sel].tolist(), la.dst[sel].tolist()):
+        out.setdefault(g, []).append((g, sw))
     return out
 
 
@@ -260,7 +338,9 @@ def _rails(t: Topology) -> list[int]:
     done: set[int] = set()
     for g in range(t.num_gpus):
         ports = t.gpu_ports(g)
-        nics = sorted({p[-2] for p in ports if len(p) > 2 and t.nodes[p[-2]].kind == "nic"})
+        # a GPU whose ports all go straight to a switch (SimAI: the GPU is its own NIC) has no NIC
+        nics = sorted({p[-2] for p in ports if len(p) > 2 and t.nodes[p[-2]].kind == "nic"}) \
+            if any(len(p) > 2 for p in ports) else ()
         if not nics:
             rails.append(g % t.gpus_per_server)
             continue

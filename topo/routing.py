@@ -28,7 +28,7 @@ from array import array
 import numpy as np
 
 from topo.errors import TopoError
-from topo.model import Topology, is_network_switch
+from topo.model import Topology, _link_arrays, is_network_switch
 
 _M64 = (1 << 64) - 1
 
@@ -52,6 +52,7 @@ class Router:
         self.pxn = pxn
         self.rail_aligned = rail_aligned
         self._rails_per_server = 0
+        self._rail_list: list[int] | None = None    # rail_of per GPU, read on the first rail-aligned route
         n = len(t.nodes)
         self._is_net = np.array([is_network_switch(x) for x in t.nodes], dtype=bool)
         self._is_hostsw = [x.kind == "nvswitch" or x.tier == "pcie" for x in t.nodes]
@@ -60,10 +61,11 @@ class Router:
         self._sw_index = np.full(n, -1, dtype=np.int64)
         self._sw_index[sw_ids] = np.arange(len(sw_ids))
         self._sw_ids = sw_ids
-        links = t.links
-        src = np.fromiter((lk.src for lk in links), dtype=np.int64, count=len(links))
-        dst = np.fromiter((lk.dst for lk in links), dtype=np.int64, count=len(links))
-        n_l = len(links)
+        la = t.link_arrays() if hasattr(t, "link_arrays") else _link_arrays(tuple(t.links))
+        src, dst = la.src, la.dst
+        self._la = la
+        self._gpu_links: dict[tuple[int, int], int] | None = None   # (GPU, peer) -> first link, on first use
+        n_l = len(src)
         self._paired = n_l % 2 == 0 and bool(np.array_equal(src[0::2], dst[1::2])) and \
             bool(np.array_equal(dst[0::2], src[1::2]))
         both = self._is_net[src] & self._is_net[dst]
@@ -88,6 +90,7 @@ class Router:
         self._rports: dict[int, list[tuple[tuple[int, ...], int]]] = {}
         self._host_out: dict[int, list[tuple[int, int]]] = {}
         self._host_in: dict[int, dict[int, int]] = {}
+        self._sw_down: dict[int, dict[int, int]] = {}
         self._comp = _host_components(t, self._is_hostsw)
 
     # ---------------------------------------------------------------------------------------
@@ -150,6 +153,25 @@ class Router:
                     stack.append((ndst[k], acc + [nlid[k]]))
         return out[:limit]
 
+    def host_route_is_key_free(self, a: int, b: int) -> bool:
+        """True when path(a, b, key) is the same for every flow key: a and b are in one host component
+        and exactly one host switch joins them directly (no ECMP choice between switches)."""
+        if a == b or self._comp[a] != self._comp[b] or self._comp[a] < 0:
+            return False
+        hin = self._hin(b)
+        return sum(1 for _l1, sw in self._hout(a) if sw in hin) == 1
+
+    def path_key_free(self, a: int, b: int, flow_key: int = 0) -> tuple[tuple[int, ...], bool]:
+        """(path(a, b, key), host_route_is_key_free(a, b)) with key = 0 when the route is key-free, in one
+        pass over the host switches."""
+        comp = self._comp
+        if a != b and comp[a] == comp[b] and comp[a] >= 0 and 0 <= a < len(comp) and 0 <= b < len(comp):
+            hin = self._hin(b)
+            cands = [(l1, hin[sw]) for l1, sw in self._hout(a) if sw in hin]
+            if len(cands) == 1:
+                return cands[0], True      # path(a, b, 0): _host_path with its single candidate
+        return self.path(a, b, flow_key), False
+
     def hops(self, src_gpu: int, dst_gpu: int) -> int:
         return len(self.path(src_gpu, dst_gpu))
 
@@ -169,10 +191,14 @@ class Router:
         if got is None:
             got = {}
             for _lid, sw in self._hout(g):
-                for lk in self.topology.out_links(sw):
-                    if lk.dst == g:
-                        got.setdefault(sw, lk.id)
-                        break
+                down = self._sw_down.get(sw)
+                if down is None:      # peer -> first link sw -> peer, once per host switch
+                    down = self._sw_down[sw] = {}
+                    for lk in self.topology.out_links(sw):
+                        down.setdefault(lk.dst, lk.id)
+                lid = down.get(g)
+                if lid is not None:
+                    got.setdefault(sw, lid)
             self._host_in[g] = got
         return got
 
@@ -222,12 +248,25 @@ class Router:
                 return lk.id
         raise KeyError((a, b))
 
+    def _first_links_from_gpus(self) -> dict[tuple[int, int], int]:
+        """(GPU, peer) -> lowest link id GPU -> peer (what _link_between returns), for every link out of a GPU."""
+        la = self._la
+        sel = np.flatnonzero(la.src < self.topology.num_gpus)[::-1]    # reversed: the lowest id is written last
+        return dict(zip(zip(la.src[sel].tolist(), la.dst[sel].tolist()), sel.tolist()))
+
     def _src_ports(self, g: int) -> list[tuple[tuple[int, ...], int]]:
         got = self._ports.get(g)
         if got is None:
             got = []
+            first = self._gpu_links
+            if first is None:
+                first = self._gpu_links = self._first_links_from_gpus()
             for nodes in self.topology.gpu_ports(g):
-                got.append((tuple(self._link_between(x, y) for x, y in zip(nodes, nodes[1:])), nodes[-1]))
+                # the first hop leaves the GPU (table); later hops (NIC, PCIe switch) by search
+                lids = (first[(nodes[0], nodes[1])],)
+                if len(nodes) > 2:
+                    lids += tuple(self._link_between(x, y) for x, y in zip(nodes[1:], nodes[2:]))
+                got.append((lids, nodes[-1]))
             self._ports[g] = got
         return got
 
@@ -235,7 +274,8 @@ class Router:
         got = self._rports.get(g)
         if got is None and self._paired:
             # cables are link pairs (2k, 2k+1): the reverse of link L is L ^ 1
-            got = [(tuple(lid ^ 1 for lid in reversed(pre)), sw) for pre, sw in self._src_ports(g)]
+            got = [((pre[0] ^ 1,) if len(pre) == 1 else tuple(lid ^ 1 for lid in reversed(pre)), sw)
+                   for pre, sw in self._src_ports(g)]
             self._rports[g] = got
         elif got is None:
             got = []
@@ -297,7 +337,7 @@ class Router:
             raise TopoError(f"no route from GPU {a} to GPU {b}: "
                              f"{'source' if not sp else 'destination'} has no network link")
         idx = self._idx
-        h = _mix(origin, b, key, 7)
+        h = -1             # the flow's hash _mix(origin, b, key, 7), computed when a choice needs it
         endpoint = self._rail_endpoint(a, b) if self.rail_aligned else -1
         if len(sp) == 1 and len(dp) == 1:
             pre, s_sw = sp[0]
@@ -321,6 +361,7 @@ class Router:
                         cands.append((pre, s_sw, suf, d_sw))
             if not cands:
                 raise TopoError(f"no route from GPU {a} to GPU {b}: network not connected")
+            h = _mix(origin, b, key, 7)
             pre, s_sw, suf, d_sw = cands[h % len(cands)]
             route = self._towards(d_sw)
         out = list(pre)
@@ -334,6 +375,8 @@ class Router:
                 lo += (endpoint // div) % n       # D-mod-k on the destination NIC endpoint
                 div *= n
             elif n > 1:
+                if h < 0:
+                    h = _mix(origin, b, key, 7)
                 # per-switch hash of the flow (as a switch hashes the 5-tuple), cheap mixing
                 hh = ((h ^ (x * 0x9E3779B97F4A7C15)) * 0xBF58476D1CE4E5B9) & _M64
                 lo += (hh >> 29) % n
@@ -345,11 +388,14 @@ class Router:
     def _rail_endpoint(self, a: int, b: int) -> int:
         """Destination NIC endpoint index (server x rails + rail) when a and b share a rail, else -1."""
         t = self.topology
-        rail = t.rail_of(b)
-        if t.rail_of(a) != rail:
+        rails = self._rail_list
+        if rails is None:
+            rails = self._rail_list = t.rails() if hasattr(t, "rails") else [t.rail_of(g) for g in range(t.num_gpus)]
+        rail = rails[b]
+        if rails[a] != rail:
             return -1
         if not self._rails_per_server:
-            self._rails_per_server = 1 + max(t.rail_of(g) for g in t.gpus_of_server(0))
+            self._rails_per_server = 1 + max(rails[g] for g in t.gpus_of_server(0))
         return t.server_of(b) * self._rails_per_server + rail
 
     # ---- PXN ----------------------------------------------------------------------------------
@@ -385,10 +431,9 @@ def _host_components(t: Topology, is_hostsw: list[bool]) -> list[int]:
     inside = np.array(is_hostsw, dtype=bool)
     inside[:G] = True
     host_node = np.array(is_hostsw, dtype=bool)
-    links = t.links
-    src = np.fromiter((lk.src for lk in links), dtype=np.int64, count=len(links))
-    dst = np.fromiter((lk.dst for lk in links), dtype=np.int64, count=len(links))
-    kind_ok = np.fromiter((lk.kind != "network" for lk in links), dtype=bool, count=len(links))
+    la = t.link_arrays() if hasattr(t, "link_arrays") else _link_arrays(tuple(t.links))
+    src, dst = la.src, la.dst
+    kind_ok = np.fromiter((k != "network" for k in la.kind), dtype=bool, count=len(la.kind))
     keep = kind_ok & inside[src] & inside[dst]
     src, dst = src[keep], dst[keep]
     label = np.arange(n, dtype=np.int64)

@@ -39,19 +39,16 @@ richer Workload is flattened as AICB does (documented in docs/workload_gen.md):
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import math
 import os
 import re
-import statistics
 import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from workload_gen.errors import ConfigFileError
 from workload_gen.model import ModelSpec
-from workload_gen.native_io import atomic_write_text
 from workload_gen.plan import ParallelPlan
 from workload_gen.workload import ChunkProgram, CommOp, ComputeOp, Op, StageProgram, Workload
 
@@ -286,6 +283,7 @@ def _median_line(copies: list[list[_Line]], i: int) -> _Line:
     base = copies[0][i]
     if len(copies) == 1:
         return base
+    import statistics  # imported on use: reading a file without repeated copies does not need it
     ns = tuple(int(statistics.median(c[i].ns[k] for c in copies)) for k in range(3))
     return _Line(base.name, ns, base.comm, base.size, base.lineno)
 
@@ -431,6 +429,7 @@ def _read_section(path: str, trailer: list[tuple[int, str]], covered: str, warni
     if not fields["workload"][1].startswith(SECTION_VERSION):
         raise ConfigFileError(f"{path}:{fields['workload'][0]}: unknown {SECTION} section version "
                               f"{fields['workload'][1][:20]!r} (this clustersim reads {SECTION_VERSION})")
+    import hashlib
     if hashlib.sha256(covered.encode()).hexdigest() != fields["sha256"][1]:
         warnings.append("layer lines were edited after clustersim exported the file: its #clustersim section "
                         "is ignored and the layer lines are read with SimAI's semantics")
@@ -651,6 +650,8 @@ def with_times(w: Workload, time_of: Callable[[ComputeOp], float]) -> Workload:
 def section_lines(w: Workload, covered: str, width: int = 4096) -> list[str]:
     """The `#clustersim` lines that carry `w` in full after the layer lines (SimAI never reads them):
     a version line, the sha256 of the text above (header to last layer line), zlib+base64 native JSON."""
+    import hashlib
+
     from workload_gen.native_io import workload_to_dict
     blob = base64.b64encode(zlib.compress(json.dumps(workload_to_dict(w), separators=(",", ":"),
                                                      default=str).encode(), 9)).decode()
@@ -674,6 +675,7 @@ def write_simai_workload(w: Workload, path: str | os.PathLike,
     if section:
         text += section_lines(w if time_of is None else with_times(w, time_of),
                               "\n".join(ln.rstrip() for ln in text))
+    from workload_gen.native_io import atomic_write_text
     atomic_write_text(path, "\n".join(text) + "\n")
     return dropped
 
@@ -691,4 +693,5 @@ def write_simai_micro(path: str | os.PathLike, sizes_bytes: Iterable[int], colle
     sizes = list(sizes_bytes)
     head = MICRO + (f" all_gpus: {world_size}" if world_size else "")
     lines = [f"{collective}_{s}\t-1\t1\tNONE\t0\t1\tNONE\t0\t1\t{name}\t{s}\t{UPDATE_NS}" for s in sizes]
+    from workload_gen.native_io import atomic_write_text
     atomic_write_text(Path(path), "\n".join([head, str(len(lines)), *lines]) + "\n")

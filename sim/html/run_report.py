@@ -12,9 +12,8 @@ pixel resolution and capped); exposed communication per group; memory per stage 
 from __future__ import annotations
 
 import base64
-import os
-import tempfile
 from collections import Counter
+from operator import itemgetter
 from pathlib import Path
 
 from sim.engine import REPORT_KEYS
@@ -32,7 +31,7 @@ from sim.html.page import (
     section,
     table,
 )
-from sim.html.svg import gantt, stacked_hbars
+from sim.html.svg import gantt_bars, gantt_pixel_s, stacked_hbars
 
 COLORS = {"compute": "#4c72b0", "TP": "#dd8452", "CP": "#937860", "EP": "#8172b3", "DP": "#c44e52",
           "PP": "#55a868", "overhead": "#da8bc3", "bubble": "#bbbbbb"}
@@ -118,8 +117,9 @@ def provenance(rep) -> str:
             "the summary's compute_sources):</p>" + tab)
 
 
-def breakdown(rep) -> str:
-    T = rep.iteration_time_s
+def breakdown_chart(rep) -> tuple[str, list[tuple[str, str]]]:
+    """(SVG, legend entries (label, colour)) of the time split per stage: one stacked bar for the mean
+    (the summary) and one per stage, segments compute, exposed TP..PP, overhead, bubble (seconds)."""
     mean = {"compute_s": rep.compute_s, "exposed_comm_s": rep.exposed_comm_s, "overhead_s": rep.overhead_s,
             "bubble_s": rep.bubble_s}
     bars = [("mean (summary)", split_of(mean))] + [(f"stage {s['stage']} (rank {s['rank']})", split_of(s))
@@ -128,7 +128,16 @@ def breakdown(rep) -> str:
     svg = stacked_hbars([(n, [v[i] for i in used]) for n, v in bars], [split_label(SPLIT_KEYS[i]) for i in used],
                         [COLORS[SPLIT_KEYS[i]] for i in used], "seconds per iteration",
                         "time breakdown per stage", end_text=[f"{sum(v):.4f} s" for _, v in bars])
-    leg = legend([(split_label(SPLIT_KEYS[i]), COLORS[SPLIT_KEYS[i]]) for i in used])
+    return svg, [(split_label(SPLIT_KEYS[i]), COLORS[SPLIT_KEYS[i]]) for i in used]
+
+
+def breakdown(rep, chart: tuple | None = None) -> str:
+    """The time-breakdown section; chart: breakdown_chart(rep) when already made."""
+    T = rep.iteration_time_s
+    mean = {"compute_s": rep.compute_s, "exposed_comm_s": rep.exposed_comm_s, "overhead_s": rep.overhead_s,
+            "bubble_s": rep.bubble_s}
+    svg, entries = chart or breakdown_chart(rep)
+    leg = legend(entries)
     cols = ([Col("stage", ".0f"), Col("rank", ".0f"), Col("GPU", ".0f"), Col("compute (s)", ".6f"),
              Col("of which overlap slowdown (s)", ".6f")] + [Col(f"exposed {k} (s)", ".6f") for k in REPORT_KEYS]
             + [Col("overhead (s)", ".6f"), Col("bubble (s)", ".6f"), Col("sum (s)", ".6f")])
@@ -157,35 +166,75 @@ def _timeline_key(thread: str, cat: str) -> str | None:
     return report_group(kind)
 
 
-def timeline(rep, max_elements: int = 20000) -> str:
+def timeline_chart(rep, max_elements: int = 20000) -> tuple | None:
+    """(SVG, legend entries, bars drawn, bars after merging, time up to which every bar is drawn) of the
+    Gantt chart of each stage representative's streams (rep.trace); None without a trace. Slices of
+    one stream and colour key closer than a pixel are merged (as sim.html.svg.gantt does), column-wise
+    with numpy: a trace holds up to ~10^5 slices."""
     if not rep.trace:
-        return section("Timeline", "<p class='note'>No timeline: the run was made without a trace "
-                                   "(--no-trace together with --no-charts).</p>", "timeline")
-    lanes: dict[tuple[int, str], list] = {}
-    for ev in rep.trace:
-        stage, thread, _name, start, dur, cat = ev[:6]
+        return None
+    import numpy as np
+    trace = rep.trace
+    n = len(trace)
+    kinds = list(map(itemgetter(0, 1, 5), trace))           # (stage, thread, category) of each slice
+    code_of = {k: i for i, k in enumerate(dict.fromkeys(kinds))}
+    # a (stage, thread, colour key) group per kind; idle kinds (waits, host overhead) are the background
+    group_of: dict[tuple, int] = {}
+    kind_group = np.full(len(code_of), -1, dtype=np.int64)
+    for (stage, thread, cat), c in code_of.items():
         key = _timeline_key(thread, cat)
-        if key is None or dur <= 0:
-            continue
-        lanes.setdefault((stage, thread), []).append((start, dur, key))
-    order = sorted(lanes, key=lambda k: (k[0], k[1] != "compute", k[1]))
-    names = []
-    groups = []
-    for i, (stage, thread) in enumerate(order):
-        if i == 0 or order[i - 1][0] != stage:
-            groups.append(i)
+        if key is not None:
+            kind_group[c] = group_of.setdefault((stage, thread, key), len(group_of))
+    g = kind_group[np.fromiter(map(code_of.__getitem__, kinds), dtype=np.int64, count=n)]
+    start = np.fromiter(map(itemgetter(3), trace), dtype=np.float64, count=n)
+    dur = np.fromiter(map(itemgetter(4), trace), dtype=np.float64, count=n)
+    keep = (g >= 0) & (dur > 0)
+    g, start, end = g[keep], start[keep], start[keep] + dur[keep]
+    drawn = set(np.unique(g).tolist())       # groups with a slice of positive duration
+    # lanes: streams of each stage, compute first; bars in lane order, then key order (first seen), then time
+    lanes = sorted({(st, th) for i, (st, th, _) in enumerate(group_of) if i in drawn},
+                   key=lambda k: (k[0], k[1] != "compute", k[1]))
+    lane_of = {k: i for i, k in enumerate(lanes)}
+    group_lane = np.array([lane_of.get((st, th), -1) for st, th, _ in group_of], dtype=np.int64)
+    order = np.lexsort((end, start, g, group_lane[g]))
+    g, start, end = g[order], start[order], end[order]
+    px_s = gantt_pixel_s(rep.iteration_time_s)
+    emax = np.empty_like(end)
+    firsts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    for a, b in zip(firsts, np.r_[firsts[1:], len(g)]):      # running end of each group's current bar
+        np.maximum.accumulate(end[a:b], out=emax[a:b])
+    new_bar = np.r_[True, (g[1:] != g[:-1]) | (start[1:] > emax[:-1] + px_s)]
+    heads = np.flatnonzero(new_bar)
+    tails = np.r_[heads[1:], len(g)]
+    keys = [k for _, _, k in group_of]
+    bars = [(s0, e0, int(group_lane[gi]), keys[gi], cnt) for s0, e0, gi, cnt in
+            zip(start[heads].tolist(), emax[tails - 1].tolist(), g[heads].tolist(), (tails - heads).tolist())]
+    names, starts_group = [], []
+    for i, (stage, thread) in enumerate(lanes):
+        if i == 0 or lanes[i - 1][0] != stage:
+            starts_group.append(i)
         rank = rep.rep_ranks[stage] if stage < len(rep.rep_ranks) else "?"
-        names.append((f"stage {stage} (rank {rank}) {thread}", lanes[(stage, thread)]))
-    svg, drawn, total, until = gantt(names, rep.iteration_time_s, _TIMELINE_COLORS,
-                                     "per-stage timeline", max_elements=max_elements, groups=groups)
-    used = sorted({k for _, sp in names for _, _, k in sp}, key=list(_TIMELINE_COLORS).index)
+        names.append(f"stage {stage} (rank {rank}) {thread}")
+    svg, shown, total, until = gantt_bars(names, bars, rep.iteration_time_s, _TIMELINE_COLORS,
+                                          "per-stage timeline", max_elements=max_elements, groups=starts_group)
+    used = sorted({keys[i] for i in drawn}, key=list(_TIMELINE_COLORS).index)
+    return svg, [(k, _TIMELINE_COLORS[k]) for k in used], shown, total, until
+
+
+def timeline(rep, max_elements: int = 20000, chart: tuple | None = None) -> str:
+    """The timeline section; chart: timeline_chart(rep, max_elements) when already made."""
+    chart = chart or timeline_chart(rep, max_elements)
+    if chart is None:
+        return section("Timeline", "<p class='note'>No timeline: the run was made without a trace "
+                                   "(--no-trace together with --charts none).</p>", "timeline")
+    svg, entries, drawn, total, until = chart
     note = ("Streams of each pipeline stage's representative rank (all ranks of a stage run the same program). "
             "Bars closer than a pixel are merged; hover a bar for its interval. Idle time (waits, launch/host "
             "overhead) is the background.")
     if drawn < total:
         note += (f" Truncated: {drawn:,} of {total:,} bars drawn, complete up to t = {until:.6f} s "
                  "(dashed red line); trace.json holds every event.")
-    return section("Timeline", legend([(k, _TIMELINE_COLORS[k]) for k in used]) + svg, "timeline", note)
+    return section("Timeline", legend(entries) + svg, "timeline", note)
 
 
 def stragglers_and_faults(rep) -> str:
@@ -282,18 +331,10 @@ def memory(rep, workload=None) -> str:
     return section("Memory per stage", table(cols, rows, table_id="t-memory", foot=foot), "memory", note)
 
 
-def _topology_svg(topology, tmp_dir: Path | None) -> bytes | None:
-    """topo.draw's picture of the fabric as SVG (vector, text as text: faster to make than a PNG and
-    sharp at any zoom), drawn through a temporary file (deleted)."""
-    from topo.draw import draw_topology
-    fd, path = tempfile.mkstemp(prefix=".topology.", suffix=".svg", dir=tmp_dir)
-    os.close(fd)
-    try:
-        draw_topology(topology, path, fmt="svg")
-        return Path(path).read_bytes()
-    finally:
-        if os.path.exists(path):
-            os.unlink(path)
+def _topology_svg(topology, tiers=None) -> bytes:
+    """The fabric's picture (topo.draw_layout's view, written by topo.draw_svg: no matplotlib)."""
+    from topo.draw_svg import topology_svg
+    return topology_svg(topology, tiers=tiers).encode("utf-8")
 
 
 def image_tag(data: bytes, mime: str, alt: str, cls: str = "topo") -> str:
@@ -303,16 +344,13 @@ def image_tag(data: bytes, mime: str, alt: str, cls: str = "topo") -> str:
 
 
 def topology_section(topology, picture: bool = True, tmp_dir: Path | None = None) -> str:
+    """The topology section; picture: embed the fabric's drawing (tmp_dir: unused, kept for callers)."""
     if topology is None:
         return section("Topology", "<p class='note'>The topology was not given to the report.</p>", "topology")
+    from topo.draw_layout import tier_bundles
     t = topology
     tiers = Counter(n.tier for n in t.nodes)
-    pairs: Counter = Counter()
-    bw: Counter = Counter()
-    for lk in t.links[::2]:
-        a, b = sorted((t.nodes[lk.src].tier, t.nodes[lk.dst].tier))
-        pairs[(a, b)] += 1
-        bw[(a, b)] += lk.bandwidth_Bps
+    pairs, bw = bundles = tier_bundles(t)
     rows = [[f"{a} - {b}", n, bw[(a, b)] / n, bw[(a, b)]] for (a, b), n in sorted(pairs.items())]
     cols = [Col("tier pair", None), Col("cables", ",.0f"), Col("bandwidth per cable (Gb/s)", ".1f", scale=8e-9),
             Col("total (Tb/s)", ".2f", scale=8e-12)]
@@ -320,11 +358,9 @@ def topology_section(topology, picture: bool = True, tmp_dir: Path | None = None
     body = (f"<p class='note'>{esc(t.name or 'topology')}: {t.num_gpus:,} x {esc(t.gpu_type)}, "
             f"{t.num_servers:,} servers, NVLink domain {t.nvlink_domain_size}; nodes: {esc(tier_txt)}.</p>")
     if picture:
-        picture_svg = _topology_svg(t, tmp_dir)
-        if picture_svg:
-            body += image_tag(picture_svg, "image/svg+xml", "topology drawing")
+        body += image_tag(_topology_svg(t, bundles), "image/svg+xml", "topology drawing")
     else:
-        body += "<p class='note'>Drawing skipped (--no-charts).</p>"
+        body += "<p class='note'>Drawing skipped (--charts none).</p>"
     body += table(cols, rows, table_id="t-topology", foot=["total", sum(r[1] for r in rows), None,
                                                             sum(r[3] for r in rows)])
     return section("Topology", body, "topology")
@@ -356,10 +392,12 @@ def layers(rep) -> str:
 
 def collectives(rep, cap: int = 3000) -> str:
     agg: dict[tuple, list] = {}
+    key_of = itemgetter("stage", "report_group", "group", "collective", "size_bytes", "group_size", "phase", "timing")
     for c in rep.collectives:
-        key = (c["stage"], c["report_group"], c["group"], c["collective"], c["size_bytes"], c["group_size"],
-               c["phase"], c["timing"])
-        a = agg.setdefault(key, [0, 0.0, 0.0])
+        key = key_of(c)
+        a = agg.get(key)
+        if a is None:
+            a = agg[key] = [0, 0.0, 0.0]
         a[0] += 1
         a[1] += c["duration_s"]
         a[2] += c["exposed_s"]
@@ -414,14 +452,17 @@ def extra_section(name: str, data) -> str:
 
 
 def run_html(rep, workload=None, topology=None, picture: bool = True, tmp_dir: Path | None = None,
-             sections: dict | None = None) -> str:
-    """The report page of one StepReport (see the module doc). picture: draw the topology with
-    topo.draw (matplotlib) and embed it; tmp_dir: where its temporary file goes; sections: more
-    summary.json sections (name -> dict) shown as tables."""
+             sections: dict | None = None, charts: dict | None = None) -> str:
+    """The report page of one StepReport (see the module doc). picture: embed the topology's drawing
+    (native SVG, topo.draw_svg); tmp_dir: unused (kept for callers); sections: more summary.json
+    sections (name -> dict) shown as tables; charts: {"breakdown": breakdown_chart(rep), "timeline":
+    timeline_chart(rep)} when the caller made them already (they are also written as files)."""
+    charts = charts or {}
     title, sub = title_of(rep)
     parts = [section("Headline", headline(rep), "headline"),
              section("How each number was obtained", provenance(rep), "provenance"),
-             stragglers_and_faults(rep), breakdown(rep), timeline(rep), exposed_groups(rep), memory(rep, workload),
+             stragglers_and_faults(rep), breakdown(rep, charts.get("breakdown")),
+             timeline(rep, chart=charts.get("timeline")), exposed_groups(rep), memory(rep, workload),
              topology_section(topology, picture, tmp_dir), layers(rep), collectives(rep)]
     parts += [extra_section(k, v) for k, v in (sections or {}).items() if v is not None]
     return page(title, sub, parts)

@@ -8,6 +8,7 @@ bounded by the callers' inputs; `gantt` merges spans closer than a pixel and cap
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 from sim.html.page import esc
@@ -152,6 +153,15 @@ def stacked_hbars(rows: Sequence[tuple[str, Sequence[float]]], keys: Sequence[st
     return c.render()
 
 
+_GANTT_LABEL_W, _GANTT_LANE_H, _GANTT_TOP = 190, 16, 6
+
+
+def gantt_pixel_s(t_end: float, width: int = 1180) -> float:
+    """Seconds per pixel of a gantt chart of `width` pixels spanning [0, t_end]: spans of one lane and
+    key closer than this are merged into one bar."""
+    return (t_end if t_end > 0 else 1.0) / (width - _GANTT_LABEL_W - 20)
+
+
 def gantt(lanes: Sequence[tuple[str, Sequence[tuple[float, float, str]]]], t_end: float, colors: dict,
           label: str, width: int = 1180, max_elements: int = 20000,
           groups: Sequence[int] | None = None) -> tuple[str, int, int, float]:
@@ -162,47 +172,71 @@ def gantt(lanes: Sequence[tuple[str, Sequence[tuple[float, float, str]]]], t_end
     the budget: returns (svg, bars drawn, bars after merging, time up to which every bar is drawn).
     groups: lane indexes that start a new group (a thin separator above them).
     """
-    lab_w, lane_h, top = 190, 16, 6
-    plot_w = width - lab_w - 20
-    T = t_end if t_end > 0 else 1.0
-    px_s = T / plot_w
+    px_s = gantt_pixel_s(t_end, width)
     bars = []      # (start, end, lane, key, ops)
     for li, (_, spans) in enumerate(lanes):
         by_key: dict[str, list[tuple[float, float]]] = {}
         for start, dur, key in spans:
-            by_key.setdefault(key, []).append((start, start + max(dur, 0.0)))
+            iv = by_key.get(key)
+            if iv is None:
+                iv = by_key[key] = []
+            iv.append((start, start + dur if dur > 0 else start))
         for key, iv in by_key.items():
             iv.sort()
-            s0, e0, n = iv[0][0], iv[0][1], 1
+            s0, e0 = iv[0]
+            n = 1
             for s, e in iv[1:]:
                 if s <= e0 + px_s:
-                    e0 = max(e0, e)
+                    if e > e0:
+                        e0 = e
                     n += 1
                 else:
                     bars.append((s0, e0, li, key, n))
                     s0, e0, n = s, e, 1
             bars.append((s0, e0, li, key, n))
+    return gantt_bars([name for name, _ in lanes], bars, t_end, colors, label, width, max_elements, groups)
+
+
+def gantt_bars(names: Sequence[str], bars: list, t_end: float, colors: dict, label: str, width: int = 1180,
+               max_elements: int = 20000, groups: Sequence[int] | None = None) -> tuple[str, int, int, float]:
+    """gantt of bars already merged: (start_s, end_s, lane index, key, spans merged) per bar, in drawing
+    order; names: the lanes' labels. Returns as gantt."""
+    lab_w, lane_h, top = _GANTT_LABEL_W, _GANTT_LANE_H, _GANTT_TOP
+    plot_w = width - lab_w - 20
+    T = t_end if t_end > 0 else 1.0
     total = len(bars)
-    budget = max(0, (max_elements - 40 - 4 * len(lanes)) // 2)    # a bar is a rect + its title
+    budget = max(0, (max_elements - 40 - 4 * len(names)) // 2)    # a bar is a rect + its title
     complete_until = T
     if total > budget:
-        bars.sort()
+        bars = sorted(bars)
         complete_until = bars[budget][0]
         bars = bars[:budget]
-    height = top + len(lanes) * lane_h + 44
+    height = top + len(names) * lane_h + 44
     c = Canvas(width, height, label)
     ax = _Axis(0.0, T, lab_w, lab_w + plot_w)
-    y_axis = top + len(lanes) * lane_h
+    y_axis = top + len(names) * lane_h
     _x_axis(c, ax, y_axis, top, "time (s)")
-    for li, (name, _) in enumerate(lanes):
+    for li, name in enumerate(names):
         y = top + li * lane_h
         c.text(lab_w - 6, y + lane_h - 4, name, size=10.5, anchor="end")
         if groups and li in groups and li > 0:
             c.line(8, y, lab_w + plot_w, y, stroke="#9aa5b5", width=0.8)
+    # Canvas.rect for each bar, inlined (10^4 bars): escaped lane names and colours made once per lane/key
+    lane_y = [_num(top + li * lane_h + 2) for li in range(len(names))]
+    lane_tip = [esc(name) for name in names]
+    fills: dict[str, tuple[str, str]] = {}
+    height_txt = _num(lane_h - 4)
+    p0, lo, span, w_px = ax.p0, ax.lo, ax.hi - ax.lo, ax.p1 - ax.p0      # _Axis.__call__'s arithmetic
+    parts = c.parts
     for s, e, li, key, n in bars:
-        name = lanes[li][0]
-        tip = f"{name}: {key} {s:.6f}-{e:.6f} s" + (f" ({n} ops merged)" if n > 1 else "")
-        c.rect(ax(s), top + li * lane_h + 2, ax(e) - ax(s), lane_h - 4, colors.get(key, "#999999"), tip=tip)
+        fk = fills.get(key)
+        if fk is None:
+            fk = fills[key] = (esc(colors.get(key, "#999999")), esc(key))
+        x0, x1 = p0 + (s - lo) / span * w_px, p0 + (e - lo) / span * w_px
+        merged = f" ({n} ops merged)" if n > 1 else ""
+        parts.append(f"<rect x='{_num(x0)}' y='{lane_y[li]}' width='{max(x1 - x0, 0.4):.2f}' height='{height_txt}' "
+                     f"fill='{fk[0]}'><title>{lane_tip[li]}: {fk[1]} {s:.6f}-{e:.6f} s{merged}</title></rect>")
+    c.count += 2 * len(bars)
     if complete_until < T:
         x = ax(complete_until)
         c.line(x, top, x, y_axis, stroke="#c00", width=1.0, dash="4 3")
@@ -289,3 +323,32 @@ def scatter_pareto(points: Sequence[tuple[float, float, str]], front: Sequence[t
     if extra_label and extra:
         c.text(width - right, height - bottom - 6, extra_label, size=10, anchor="end", fill="#333")
     return c.render()
+
+
+
+def standalone(chart: str, title: str, entries: Sequence[tuple[str, str]] = (), note: str = "") -> str:
+    """A chart of this module (an <svg> string) as an SVG file of its own: XML declaration, white
+    background, a title line, a legend row of (label, colour) swatches and an optional note line above
+    the chart (nested as an <svg> at its own size)."""
+    head = re.match(r"<svg [^>]*?width='([\d.]+)' height='([\d.]+)'", chart)
+    if head is None:
+        raise ValueError("standalone: not a chart of sim.html.svg (no width/height)")
+    w, h = float(head.group(1)), float(head.group(2))
+    c = Canvas(int(w), 0, title)
+    c.text(8, 18, title, size=13, weight="600")
+    x, y = 8.0, 24.0
+    for label, colour in entries:
+        if x > 8 and x + 30 + 6.5 * len(label) > w:      # wrap the legend at the chart's width
+            x, y = 8.0, y + 18
+        c.rect(x, y + 4, 11, 11, colour)
+        c.text(x + 15, y + 14, label, size=11)
+        x += 30 + 6.5 * len(label)
+    y += 22 if entries else 4
+    if note:
+        c.text(8, y + 10, note, size=10.5, fill="#555")
+        y += 16
+    c.height = int(math.ceil(y + h))
+    c.parts.insert(0, f"<rect width='{c.width}' height='{c.height}' fill='white'/>")
+    c.parts.append(re.sub(r"^<svg ", f"<svg x='0' y='{_num(y)}' ", chart, count=1))
+    doc = c.render().replace(" role='img'", " font-family='DejaVu Sans, Arial, sans-serif' role='img'", 1)
+    return "<?xml version='1.0' encoding='UTF-8'?>\n" + doc + "\n"

@@ -217,7 +217,7 @@ def test_report_without_charts_and_trace_still_complete(tmp_path):
     assert main(["run", *SMALL, "-n", "analytical", "--no-charts", "--no-trace", "-o", str(out)]) == 0
     text, p = _page(out)
     _assert_self_contained(text, p)
-    assert "No timeline" in text and "Drawing skipped (--no-charts)" in text
+    assert "No timeline" in text and "Drawing skipped (--charts none)" in text
     assert "data:image/" not in text
     assert float(p.keys["iteration_time_s"]) == json.loads((out / "summary.json").read_text())["iteration_time_s"]
 

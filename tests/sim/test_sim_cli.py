@@ -21,7 +21,7 @@ def test_run_small_writes_all_outputs(tmp_path, capsys):
     out = tmp_path / "res"
     assert main(["run", *SMALL, "-o", str(out), "--name", "t"]) == 0
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["EndToEnd.csv", "breakdown.png", "report.html", "summary.json", "summary.txt", "timeline.png",
+    assert names == ["EndToEnd.csv", "breakdown.svg", "report.html", "summary.json", "summary.txt", "timeline.svg",
                      "trace.json"]
     summary = json.loads((out / "summary.json").read_text())
     T = summary["iteration_time_s"]
@@ -40,7 +40,7 @@ def test_run_small_writes_all_outputs(tmp_path, capsys):
     assert [p["pid"] for p in procs] == [0, 8, 16]      # one representative rank per stage, then the links
     assert trace["otherData"]["link_counters"]["pid"] == 16
     assert any(e.get("ph") == "X" and e["cat"] == "comm" for e in trace["traceEvents"])
-    assert (out / "breakdown.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "breakdown.svg").read_text().startswith("<?xml version='1.0' encoding='UTF-8'?>\n<svg ")
     assert "iteration time" in capsys.readouterr().out
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]   # no temp leftovers
 
