@@ -34,10 +34,10 @@ from netsim.errors import NetsimError
 from netsim.flowrecord import FlowRecord
 from netsim.maxmin import numba_available
 
-__all__ = ["FlowEngine", "FlowRecord", "LINK_CHANGES_LIMIT"]
+__all__ = ["FlowEngine", "FlowRecord", "KernelBudget", "LINK_CHANGES_LIMIT"]
 
 # automatic kernel choice: compiled (numba) kernels once the plain ones have spent this long in
-# re-solves, about what loading numba's cached code costs a process (see FlowEngine.__init__)
+# re-solves, about what loading numba's cached code costs a process (see KernelBudget)
 COMPILE_AFTER_S = 1.0
 # record_link_changes keeps at most this many (link, load) entries (16 bytes each, about 320 MB)
 LINK_CHANGES_LIMIT = 20_000_000
@@ -46,28 +46,49 @@ _NO_I = np.zeros(0, dtype=_I)
 _NO_F = np.zeros(0, dtype=np.float64)
 
 
+class KernelBudget:
+    """When a group of flow engines (one network's: its main engine and its private estimate engines)
+    moves from the plain-Python kernels to the compiled ones: after the plain ones have spent
+    `plain_s` in re-solves across the group, about what loading numba's cached code costs a process
+    (~1 s; about 14 s to compile once per install), which a small run would not earn back. Both
+    kernel sets give bit-identical results, so where the switch falls (a wall-clock matter) never
+    changes an output. Without numba the plain kernels are used throughout."""
+
+    def __init__(self, plain_s: float | None = None):
+        if plain_s is None:
+            plain_s = COMPILE_AFTER_S
+        self.left_s = plain_s if find_spec("numba") is not None else math.inf
+        self.compiled: dict | None = None
+
+    def spend(self, dt_s: float) -> None:
+        self.left_s -= dt_s
+        if self.left_s <= 0:
+            self.left_s = math.inf
+            try:
+                self.compiled = fc.kernels(True)
+            except Exception:  # numba present but broken: the plain kernels give the same results
+                self.compiled = None
+
+
 class FlowEngine:
     """Flows over links with fixed capacities (bytes/s).
 
     add_flow(...) -> id; next_event_time(); advance(until_s). Callbacks `on_done(flow_id, t_s)` fire in
-    advance() and may add flows. use_numba: None (plain-Python kernels until they have spent
-    COMPILE_AFTER_S in re-solves, then compiled ones when numba is installed), True (compiled), False (plain Python: slow
+    advance() and may add flows. use_numba: None (plain-Python kernels until `budget` (a KernelBudget,
+    shared by the engines of one network; a private one when None) says to switch to compiled ones), True (compiled), False (plain Python: slow
     on large runs, for comparisons); all three give the same results bit for bit.
     """
 
     def __init__(self, capacity_Bps, *, use_numba: bool | None = None, check_invariants: bool = False,
                  record_flows: bool = False, record_link_timeline: bool = False,
-                 record_link_changes: bool = False, incremental: bool = True):
+                 record_link_changes: bool = False, incremental: bool = True, budget: KernelBudget | None = None):
         self.capacity_Bps = np.ascontiguousarray(capacity_Bps, dtype=np.float64)
         if use_numba and not numba_available():
             raise NetsimError("use_numba=True but numba is not installed")
         self.use_numba = use_numba
-        # automatic: plain kernels first, compiled ones once the plain ones have cost as much as loading
-        # numba (~1 s per process; about 14 s to compile once per install), which a small run would
-        # not earn back. Both give bit-identical results, so where the switch falls (a wall-clock
-        # matter) never changes an output.
-        self._plain_left_s = COMPILE_AFTER_S if use_numba is None and find_spec("numba") is not None else math.inf
-        self._set_kernels(bool(use_numba))
+        self._budget = (budget if budget is not None else KernelBudget()) if use_numba is None else None
+        self._set_kernels(fc.kernels(bool(use_numba)))
+        self._budget_check()
         self.check_invariants = check_invariants
         self.record_flows = record_flows
         self.record_link_timeline = record_link_timeline
@@ -120,8 +141,12 @@ class FlowEngine:
         self.recomputes = 0
         self.resolved_flows = 0      # flows re-solved, summed over recomputations (statistics)
 
-    def _set_kernels(self, compiled: bool) -> None:
-        k = fc.kernels(compiled)
+    def _budget_check(self) -> None:
+        if self._budget is not None and self._budget.compiled is not None:
+            self._set_kernels(self._budget.compiled)
+            self._budget = None
+
+    def _set_kernels(self, k: dict) -> None:
         self._k_top, self._k_rebuild = k["heap_top"], k["heap_rebuild"]
         self._k_add, self._k_pop, self._k_resolve = k["add_flows"], k["pop_done"], k["resolve"]
         self._k_compact = k["compact_entries"]
@@ -212,14 +237,9 @@ class FlowEngine:
         nc, nl = self._k_resolve(self.now_s, not self.incremental, self._si, self._sf, self._ei, self._ew,
                                  self._li, self._lf, self.capacity_Bps, self._hk, self._hs, self._sc,
                                  self._seedl, self._seeds, self._comp_slots, self._comp_links, self._out_load)
-        if self._plain_left_s < math.inf:
-            self._plain_left_s -= time.perf_counter() - t0
-            if self._plain_left_s <= 0:
-                self._plain_left_s = math.inf
-                try:
-                    self._set_kernels(True)
-                except Exception:  # numba present but broken: the plain kernels give the same results
-                    pass
+        if self._budget is not None:
+            self._budget.spend(time.perf_counter() - t0)
+            self._budget_check()
         self.resolved_flows += int(nc)
         self._fin_min = self._k_top(self._hk, self._hs, self._si, self._sc)
         if self.check_invariants:

@@ -123,7 +123,7 @@ def test_automatic_kernels_switch_to_compiled_mid_run_bit_for_bit(monkeypatch):
     import netsim.engine as ne
     monkeypatch.setattr(ne, "COMPILE_AFTER_S", 1e-9)
     auto, got = _replay(lambda cap: FlowEngine(cap), 5)
-    assert auto._k_resolve is not ne.fc.kernels(False)["resolve"]       # switched to compiled
+    assert auto._k_resolve is ne.fc.kernels(True)["resolve"]       # switched to compiled
     plain, want = _replay(lambda cap: FlowEngine(cap, use_numba=False), 5)
     assert plain._k_resolve is ne.fc.kernels(False)["resolve"]
     assert got == want
@@ -134,3 +134,15 @@ def test_automatic_kernels_stay_plain_on_a_small_run():
     import netsim.engine as ne
     eng, _ = _replay(lambda cap: FlowEngine(cap), 6, n_start=20, n_chained=10)
     assert eng._k_resolve is ne.fc.kernels(False)["resolve"]
+
+
+@pytest.mark.skipif(not numba_available(), reason="numba not installed")
+def test_engines_sharing_a_budget_switch_together(monkeypatch):
+    # the engines of one network (its main engine, its private estimate engines) share one budget:
+    # once their plain re-solves together pass it, every one of them runs compiled, new ones too
+    import netsim.engine as ne
+    budget = ne.KernelBudget(plain_s=1e-9)
+    first, _ = _replay(lambda cap: FlowEngine(cap, budget=budget), 7, n_start=20, n_chained=10)
+    assert budget.compiled is not None and first._k_resolve is budget.compiled["resolve"]
+    later = FlowEngine(np.ones(3), budget=budget)
+    assert later._k_resolve is budget.compiled["resolve"]
