@@ -10,7 +10,7 @@ Per-event work is proportional to that component, not to the flows in flight: th
 index is kept incrementally, progress is lazy (a flow's bytes left are brought up to date only when
 its rate changes) and the next departure comes from a heap of finish times (netsim._flowcore, numba
 when installed, the same code as plain Python otherwise). `incremental=False` re-solves every flow
-at every event (for comparisons); netsim.engine_reference.ReferenceFlowEngine is the previous,
+at every event (for comparisons); tests/netsim/reference_engine.py keeps the previous,
 vectorised engine that advances every flow at every event (the tests' oracle).
 Ignored: packets, queues, congestion control dynamics, head-of-line blocking.
 

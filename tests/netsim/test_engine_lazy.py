@@ -1,5 +1,5 @@
 """The lazy, incremental flow engine (netsim.engine.FlowEngine over netsim._flowcore) against the
-previous engine's full re-solve (netsim.engine_reference.ReferenceFlowEngine, incremental=False),
+previous engine's full re-solve (tests/netsim/reference_engine.py, incremental=False),
 which advances every flow at every event and re-solves all of them: every completion time agrees
 to 1e-9 relative, and the engine's own modes (incremental / full, compiled / plain Python) agree
 bit for bit."""
@@ -10,9 +10,9 @@ import math
 
 import numpy as np
 import pytest
+from reference_engine import ReferenceFlowEngine
 
 from netsim.engine import FlowEngine
-from netsim.engine_reference import ReferenceFlowEngine
 from netsim.errors import NetsimError
 from netsim.maxmin import numba_available
 

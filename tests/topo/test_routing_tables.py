@@ -8,7 +8,6 @@ import random
 import pytest
 
 from topo.analysis import is_rail_optimized
-from topo.fabric import _link_pair
 from topo.model import DisjointSets, Link, Node, Topology, _nvlink_domains
 from topo.routing import Router
 from topo.templates import build
@@ -83,16 +82,6 @@ def test_nvlink_domains_match_union_find_on_random_graphs():
                 sets.union(lk.src, lk.dst)
         number: dict[int, int] = {}
         assert _nvlink_domains(t) == [number.setdefault(sets.find(x), len(number)) for x in range(g)]
-
-
-def test_link_pair_builds_the_links_the_constructor_builds():
-    a, b = _link_pair(6, 3, 9, 50e9, 1e-6, "network", 0.01, "400Gbps", "0.001ms")
-    assert a == Link(6, 3, 9, 50e9, 1e-6, "network", 0.01, "400Gbps", "0.001ms")
-    assert b == Link(7, 9, 3, 50e9, 1e-6, "network", 0.01, "400Gbps", "0.001ms")
-    assert (a.rate_text, a.delay_text, a.capacity_factor, b.src, b.dst) == ("400Gbps", "0.001ms", 1.0, 9, 3)
-    assert hash(a) == hash(Link(6, 3, 9, 50e9, 1e-6, "network", 0.01))
-    with pytest.raises(AttributeError):
-        a.id = 1     # still frozen
 
 
 @pytest.mark.parametrize("name,t", _topologies(), ids=lambda x: x if isinstance(x, str) else "")

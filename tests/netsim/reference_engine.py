@@ -1,4 +1,4 @@
-"""Reference flow engine (vectorised numpy over all flows in flight): the previous netsim.engine.
+"""Reference flow engine for tests (vectorised numpy over all flows in flight): the previous netsim.engine.
 
 Kept as the independent oracle of tests/netsim/test_engine_lazy.py: it advances every active flow at
 every event and recomputes every finish time, where netsim.engine.FlowEngine works lazily.
