@@ -283,8 +283,7 @@ class FlowNetwork:
                             record_flows=record_flows, record_link_timeline=record_link_timeline,
                             record_link_changes=record_link_changes)
         from netsim.engine import FlowEngine  # not imported by analytical runs
-        self.engine = FlowEngine(self.planner.view.capacity_Bps, **self.options,
-                                 budget=self.planner.view.kernel_budget() if self.options.get("use_numba") is None else None)
+        self.engine = FlowEngine(self.planner.view.capacity_Bps, **self.options)
         self.records: list[CollectiveRecord] = []
         self._in_flight = 0
         self._est_cache: dict[tuple, float] = {}

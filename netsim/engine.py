@@ -34,7 +34,7 @@ from netsim.errors import NetsimError
 from netsim.flowrecord import FlowRecord
 from netsim.maxmin import numba_available
 
-__all__ = ["FlowEngine", "FlowRecord", "KernelBudget", "LINK_CHANGES_LIMIT"]
+__all__ = ["FlowEngine", "FlowRecord", "KernelBudget", "LINK_CHANGES_LIMIT", "process_budget"]
 
 # automatic kernel choice: compiled (numba) kernels once the plain ones have spent this long in
 # re-solves, about what loading numba's cached code costs a process (see KernelBudget)
@@ -47,12 +47,11 @@ _NO_F = np.zeros(0, dtype=np.float64)
 
 
 class KernelBudget:
-    """When a group of flow engines (one network's: its main engine and its private estimate engines)
-    moves from the plain-Python kernels to the compiled ones: after the plain ones have spent
-    `plain_s` in re-solves across the group, about what loading numba's cached code costs a process
-    (~1 s; about 14 s to compile once per install), which a small run would not earn back. Both
-    kernel sets give bit-identical results, so where the switch falls (a wall-clock matter) never
-    changes an output. Without numba the plain kernels are used throughout."""
+    """When flow engines move from the plain-Python kernels to the compiled ones: after the plain ones
+    have spent `plain_s` in re-solves across the engines sharing the budget, about what loading
+    numba's cached code costs a process (~1 s; about 14 s to compile once per install), which a small
+    run would not earn back. Both kernel sets give bit-identical results, so where the switch falls (a
+    wall-clock matter) never changes an output. Without numba the plain kernels are used throughout."""
 
     def __init__(self, plain_s: float | None = None):
         if plain_s is None:
@@ -70,12 +69,24 @@ class KernelBudget:
                 self.compiled = None
 
 
+_PROCESS_BUDGET: list[KernelBudget] = []
+
+
+def process_budget() -> KernelBudget:
+    """The budget engines share by default: one per process, because what it pays for (loading
+    numba's code) is paid once per process, whichever engine triggers it (a calibration sweep builds
+    hundreds of networks). Only speed depends on it, never a result."""
+    if not _PROCESS_BUDGET:
+        _PROCESS_BUDGET.append(KernelBudget())
+    return _PROCESS_BUDGET[0]
+
+
 class FlowEngine:
     """Flows over links with fixed capacities (bytes/s).
 
     add_flow(...) -> id; next_event_time(); advance(until_s). Callbacks `on_done(flow_id, t_s)` fire in
-    advance() and may add flows. use_numba: None (plain-Python kernels until `budget` (a KernelBudget,
-    shared by the engines of one network; a private one when None) says to switch to compiled ones), True (compiled), False (plain Python: slow
+    advance() and may add flows. use_numba: None (plain-Python kernels until `budget` (a KernelBudget;
+    default: the process's, process_budget()) says to switch to compiled ones), True (compiled), False (plain Python: slow
     on large runs, for comparisons); all three give the same results bit for bit.
     """
 
@@ -86,7 +97,7 @@ class FlowEngine:
         if use_numba and not numba_available():
             raise NetsimError("use_numba=True but numba is not installed")
         self.use_numba = use_numba
-        self._budget = (budget if budget is not None else KernelBudget()) if use_numba is None else None
+        self._budget = (budget if budget is not None else process_budget()) if use_numba is None else None
         self._set_kernels(fc.kernels(bool(use_numba)))
         self._budget_check()
         self.check_invariants = check_invariants

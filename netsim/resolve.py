@@ -280,8 +280,7 @@ def static_time_s(view, flows: list[ResolvedFlow], size: float, use_numba: bool 
         nbytes = f.payload_bytes(size)
         return delay_s + f.latency_s * lat_mult + (nbytes / rate if nbytes > 0 else 0.0)
     from netsim.engine import FlowEngine  # the flow engine (numpy max-min) only when a schedule needs it
-    shared = getattr(view, "kernel_budget", None) if use_numba is None else None   # the view's engines switch together
-    engine = FlowEngine(cap, use_numba=use_numba, budget=shared() if shared is not None else None)
+    engine = FlowEngine(cap, use_numba=use_numba)
     done: list[float] = []
     ScheduleRun(engine, local, float(size), done.append, delay_s=delay_s, lat_mult=lat_mult).start()
     engine.run()

@@ -109,7 +109,6 @@ class TopoView:
         import topo  # netsim -> topo is an allowed dependency; imported lazily for testability
 
         self.topology = topology
-        self._kernel_budget = None
         self.gpu_type = str(getattr(topology, "gpu_type", "") or "")
         self.num_gpus = int(topology.num_gpus)
         self.gpus_per_server = int(getattr(topology, "gpus_per_server", 1) or 1)
@@ -182,14 +181,6 @@ class TopoView:
         self._lat_list = self.latency_s.tolist()
 
     # ------------------------------------------------------------ structure
-    def kernel_budget(self):
-        """The netsim.engine.KernelBudget shared by every flow engine over this view (when they move to
-        compiled kernels); made on first use, so a run without flow engines never imports the engine."""
-        if self._kernel_budget is None:
-            from netsim.engine import KernelBudget
-            self._kernel_budget = KernelBudget()
-        return self._kernel_budget
-
     def server_of(self, gpu: int) -> int:
         return self._server[gpu]
 

@@ -160,7 +160,7 @@ class KVTransfer:
         self.mode = mode
         self.prefill_replica = prefill_replica
         self.chunks = chunks
-        self.engine = FlowEngine(planner.view.capacity_Bps, budget=planner.view.kernel_budget())
+        self.engine = FlowEngine(planner.view.capacity_Bps)
         self._landed: list = []
         # one row per flow
         self.row_request: list[int] = []

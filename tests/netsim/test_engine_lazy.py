@@ -117,32 +117,34 @@ def test_use_numba_true_without_numba(monkeypatch):
 
 
 @pytest.mark.skipif(not numba_available(), reason="numba not installed")
-def test_automatic_kernels_switch_to_compiled_mid_run_bit_for_bit(monkeypatch):
-    # use_numba=None starts with the plain kernels and switches once they have cost COMPILE_AFTER_S:
-    # with a tiny budget the switch falls after the first re-solve, mid-run, and changes no result
+def test_automatic_kernels_switch_to_compiled_mid_run_bit_for_bit():
+    # use_numba=None starts with the plain kernels and switches once they have cost the budget: with a
+    # tiny budget the switch falls after the first re-solve, mid-run, and changes no result
     import netsim.engine as ne
-    monkeypatch.setattr(ne, "COMPILE_AFTER_S", 1e-9)
-    auto, got = _replay(lambda cap: FlowEngine(cap), 5)
-    assert auto._k_resolve is ne.fc.kernels(True)["resolve"]       # switched to compiled
+    budget = ne.KernelBudget(plain_s=1e-9)
+    auto, got = _replay(lambda cap: FlowEngine(cap, budget=budget), 5)
+    assert budget.compiled is not None and auto._k_resolve is budget.compiled["resolve"]
+    assert auto._k_resolve is ne.fc.kernels(True)["resolve"]
     plain, want = _replay(lambda cap: FlowEngine(cap, use_numba=False), 5)
     assert plain._k_resolve is ne.fc.kernels(False)["resolve"]
     assert got == want
+    later = FlowEngine(np.ones(3), budget=budget)     # engines sharing a spent budget start compiled
+    assert later._k_resolve is budget.compiled["resolve"]
 
 
 def test_automatic_kernels_stay_plain_on_a_small_run():
     # a small run never pays for loading numba: the plain kernels do all of it
     import netsim.engine as ne
-    eng, _ = _replay(lambda cap: FlowEngine(cap), 6, n_start=20, n_chained=10)
+    budget = ne.KernelBudget()
+    eng, _ = _replay(lambda cap: FlowEngine(cap, budget=budget), 6, n_start=20, n_chained=10)
     assert eng._k_resolve is ne.fc.kernels(False)["resolve"]
+    assert 0 < budget.left_s < ne.COMPILE_AFTER_S or not numba_available()
 
 
-@pytest.mark.skipif(not numba_available(), reason="numba not installed")
-def test_engines_sharing_a_budget_switch_together(monkeypatch):
-    # the engines of one network (its main engine, its private estimate engines) share one budget:
-    # once their plain re-solves together pass it, every one of them runs compiled, new ones too
+def test_engines_share_the_process_budget_by_default():
     import netsim.engine as ne
-    budget = ne.KernelBudget(plain_s=1e-9)
-    first, _ = _replay(lambda cap: FlowEngine(cap, budget=budget), 7, n_start=20, n_chained=10)
-    assert budget.compiled is not None and first._k_resolve is budget.compiled["resolve"]
-    later = FlowEngine(np.ones(3), budget=budget)
-    assert later._k_resolve is budget.compiled["resolve"]
+    b = ne.process_budget()
+    assert ne.process_budget() is b
+    eng = FlowEngine(np.ones(2))
+    assert eng._budget is b or (b.compiled is not None and eng._k_resolve is b.compiled["resolve"])
+    assert FlowEngine(np.ones(2), use_numba=False)._budget is None
