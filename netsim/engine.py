@@ -244,12 +244,13 @@ class FlowEngine:
         self._dirty = False
         self.recomputes += 1
         self._ensure_heap()
-        t0 = time.perf_counter()
+        budget = self._budget      # None once compiled (or chosen explicitly): nothing left to time
+        t0 = time.perf_counter() if budget is not None else 0.0
         nc, nl = self._k_resolve(self.now_s, not self.incremental, self._si, self._sf, self._ei, self._ew,
                                  self._li, self._lf, self.capacity_Bps, self._hk, self._hs, self._sc,
                                  self._seedl, self._seeds, self._comp_slots, self._comp_links, self._out_load)
-        if self._budget is not None:
-            self._budget.spend(time.perf_counter() - t0)
+        if budget is not None:
+            budget.spend(time.perf_counter() - t0)
             self._budget_check()
         self.resolved_flows += int(nc)
         self._fin_min = self._k_top(self._hk, self._hs, self._si, self._sc)

@@ -39,6 +39,7 @@ richer Workload is flattened as AICB does (documented in docs/workload_gen.md):
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import math
 import os
@@ -429,7 +430,6 @@ def _read_section(path: str, trailer: list[tuple[int, str]], covered: str, warni
     if not fields["workload"][1].startswith(SECTION_VERSION):
         raise ConfigFileError(f"{path}:{fields['workload'][0]}: unknown {SECTION} section version "
                               f"{fields['workload'][1][:20]!r} (this clustersim reads {SECTION_VERSION})")
-    import hashlib
     if hashlib.sha256(covered.encode()).hexdigest() != fields["sha256"][1]:
         warnings.append("layer lines were edited after clustersim exported the file: its #clustersim section "
                         "is ignored and the layer lines are read with SimAI's semantics")
@@ -650,8 +650,6 @@ def with_times(w: Workload, time_of: Callable[[ComputeOp], float]) -> Workload:
 def section_lines(w: Workload, covered: str, width: int = 4096) -> list[str]:
     """The `#clustersim` lines that carry `w` in full after the layer lines (SimAI never reads them):
     a version line, the sha256 of the text above (header to last layer line), zlib+base64 native JSON."""
-    import hashlib
-
     from workload_gen.native_io import workload_to_dict
     blob = base64.b64encode(zlib.compress(json.dumps(workload_to_dict(w), separators=(",", ":"),
                                                      default=str).encode(), 9)).decode()
