@@ -46,11 +46,6 @@ def resolve_routing(topology, routing: str) -> str:
     return "rail" if is_rail_optimized(topology) else "ecmp"
 
 
-def _link_arrays(links):
-    from topo.model import _link_arrays as columns
-    return columns(tuple(links))
-
-
 def _paired_reverse(src: np.ndarray, dst: np.ndarray) -> np.ndarray | None:
     """Reverse channel of every link when links come in twins (2k, 2k+1) = (a->b, b->a), as topo
     writes cables, and no two links join the same (src, dst): then reverse(L) = L ^ 1. None otherwise
@@ -112,7 +107,8 @@ class TopoView:
         self.gpu_type = str(getattr(topology, "gpu_type", "") or "")
         self.num_gpus = int(topology.num_gpus)
         self.gpus_per_server = int(getattr(topology, "gpus_per_server", 1) or 1)
-        la = topology.link_arrays() if hasattr(topology, "link_arrays") else _link_arrays(topology.links)
+        from topo.model import link_arrays_of
+        la = link_arrays_of(topology)
         src, dst, kind = la.src, la.dst, la.kind
         bw, lat, health = la.bandwidth_Bps, la.latency_s, la.health
         nl = len(src)
@@ -159,8 +155,7 @@ class TopoView:
         self._topo_mod = topo
         self._path_cache: dict[tuple[int, int, int, bool], tuple[int, ...]] = {}
         self._adj = _Adjacency(self.ch_src, self.ch_dst)   # node -> [(out channel, peer)], built per node on use
-        gps = int(topology.gpus_per_server)
-        self._server = [g // gps for g in range(self.num_gpus)]    # topo.Topology.server_of
+        self._server = [int(topology.server_of(g)) for g in range(self.num_gpus)]
         self._domain = ([int(d) for d in topology.nvlink_domains()] if hasattr(topology, "nvlink_domains")
                         else [int(topology.nvlink_domain_of(g)) for g in range(self.num_gpus)])
         # unit: the GPUs that reach each other without the scale-out network (NVLink domain; the

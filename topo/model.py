@@ -221,6 +221,12 @@ class LinkArrays:
     kind: list
 
 
+def link_arrays_of(t) -> LinkArrays:
+    """Per-link columns of any topology-like object: its cached link_arrays() when it has one
+    (topo.Topology), else computed from its links."""
+    return t.link_arrays() if hasattr(t, "link_arrays") else _link_arrays(tuple(t.links))
+
+
 def _link_arrays(links) -> LinkArrays:
     from operator import attrgetter
 

@@ -28,7 +28,7 @@ from array import array
 import numpy as np
 
 from topo.errors import TopoError
-from topo.model import Topology, _link_arrays, is_network_switch
+from topo.model import Topology, is_network_switch, link_arrays_of
 
 _M64 = (1 << 64) - 1
 
@@ -61,7 +61,7 @@ class Router:
         self._sw_index = np.full(n, -1, dtype=np.int64)
         self._sw_index[sw_ids] = np.arange(len(sw_ids))
         self._sw_ids = sw_ids
-        la = t.link_arrays() if hasattr(t, "link_arrays") else _link_arrays(tuple(t.links))
+        la = link_arrays_of(t)
         src, dst = la.src, la.dst
         self._la = la
         self._gpu_links: dict[tuple[int, int], int] | None = None   # (GPU, peer) -> first link, on first use
@@ -431,7 +431,7 @@ def _host_components(t: Topology, is_hostsw: list[bool]) -> list[int]:
     inside = np.array(is_hostsw, dtype=bool)
     inside[:G] = True
     host_node = np.array(is_hostsw, dtype=bool)
-    la = t.link_arrays() if hasattr(t, "link_arrays") else _link_arrays(tuple(t.links))
+    la = link_arrays_of(t)
     src, dst = la.src, la.dst
     kind_ok = np.fromiter((k != "network" for k in la.kind), dtype=bool, count=len(la.kind))
     keep = kind_ok & inside[src] & inside[dst]
