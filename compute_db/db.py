@@ -23,14 +23,18 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from compute_db import gpus as gpu_table
-from compute_db import interpolate, roofline, store
+from compute_db import interpolate, roofline
 from compute_db.errors import ComputeDBError
 from compute_db.interpolate import ClassIndex, ClassPoints, ResidualField
 from compute_db.keys import COMPUTE_BOUND_FAMILIES, FAMILY, KernelKey, key_of
+
+if TYPE_CHECKING:
+    from compute_db import store
 
 SHIPPED_DB = Path(__file__).resolve().parent / "data" / "kernels.sqlite"
 SOURCES = ("measured", "interpolated", "modeled", "given")
@@ -92,10 +96,16 @@ def _class_key(cls: tuple) -> tuple[str, str, str, bool]:
     return kind, variant, ("bf16" if dcls == "16bit" else dcls), causal
 
 
+def _store():
+    """compute_db.store (sqlite3, csv), imported when a DB file is first read."""
+    from compute_db import store
+    return store
+
+
 def _thin_axis(kind: str) -> int:
     from workload_gen.workload import COMPUTE_KINDS
     fields = COMPUTE_KINDS[kind]
-    return fields.index(store.SERIES_FIELD.get(kind, fields[0]))
+    return fields.index(_store().SERIES_FIELD.get(kind, fields[0]))
 
 
 def _thin(kind: str, dims: np.ndarray) -> np.ndarray:
@@ -252,7 +262,9 @@ class _Layer:
         self.path = path
         self._colls: list[store.CollectiveRow] | None = None
         if path is not None:
-            self._names = store.gpus_in(path)   # also a clear error now for a missing/foreign/corrupt file
+            # the shipped file is read on first use (a run whose kernels all carry their times - a SimAI
+            # workload - never opens it); a user's file now: a clear error for a missing/foreign/corrupt one
+            self._names = None if path == SHIPPED_DB else _store().gpus_in(path)
             self._mem = None
             self._read: dict[str, tuple[list, list, list]] = {}
         else:
@@ -270,12 +282,14 @@ class _Layer:
             self._names = sorted(self._mem)
 
     def raw_gpus(self) -> list[str]:
+        if self._names is None:
+            self._names = _store().gpus_in(self.path)
         return list(self._names)
 
     def collectives(self) -> list[store.CollectiveRow]:
         """Every collective row of the layer (a file is read once)."""
         if self._colls is None:
-            self._colls = store.read_collectives(self.path)
+            self._colls = _store().read_collectives(self.path)
         return self._colls
 
     def read(self, raw_gpu: str) -> tuple[list, list, list]:
@@ -285,7 +299,7 @@ class _Layer:
             return self._mem.get(raw_gpu, ([], [], []))
         got = self._read.get(raw_gpu)
         if got is None:
-            got = self._read[raw_gpu] = store.read_data(self.path, raw_gpu)
+            got = self._read[raw_gpu] = _store().read_data(self.path, raw_gpu)
         return got
 
 

@@ -21,6 +21,7 @@ import math
 from netsim.protocol import fill_factor
 from netsim.resolve import static_time_s
 from netsim.schedules import GroupShape
+from netsim.topoview import ARRAY_MIN_GROUP
 
 
 class GroupFacts:
@@ -31,7 +32,10 @@ class GroupFacts:
         self.units = shape.m
         self.one_per_unit = shape.k_max == 1 and shape.m > 1
         # LL128 needs NVLink inside the units (NCCL's "intra path <= NVB" rule)
-        self.ll128_ok = all(view.nvlink_out_Bps(g) > 0 for s in shape.servers if len(s) > 1 for g in s)
+        multi = [g for s in shape.servers if len(s) > 1 for g in s]
+        every = getattr(view, "nvlink_out_array", None)     # nvlink_out_Bps of every GPU at once
+        self.ll128_ok = (bool((every()[multi] > 0).all()) if every is not None and len(multi) >= ARRAY_MIN_GROUP
+                         else all(view.nvlink_out_Bps(g) > 0 for g in multi))
 
 
 def ring_bandwidth_Bps(shape: GroupShape, facts: GroupFacts) -> float:
@@ -56,9 +60,18 @@ def _data_s(plan, size: float, rate_Bps: float) -> float:
     return f.payload_bytes(size) / min(rate_Bps, f.cap_Bps)
 
 
+def closed_form_applies(algorithm: str, op: str) -> bool:
+    """closed_form_s times this (algorithm, op) (it reads no channel of the plan's flows); the others
+    are timed by running their flows (static_time_s)."""
+    return (algorithm == "ring" and op != "all_to_all") or algorithm == "nvls" or (
+        algorithm == "direct" and op == "all_to_all")
+
+
 def closed_form_s(view, plan, size: float) -> float | None:
     """Closed-form time of ring, NVLS and direct all-to-all plans (None for the others)."""
     shape, facts, op = plan.shape, plan.facts, plan.op
+    if not closed_form_applies(plan.algorithm, op):
+        return None
     delay, mult = plan.timing(size)
     lat = max(f.latency_s for f in plan.flows) * mult
     if plan.algorithm == "ring" and op != "all_to_all":

@@ -25,7 +25,7 @@ from netsim.resolve import (
     compact_flows,
     finish,
     resolve,
-    route_spec,
+    route_specs,
 )
 from netsim.schedules import GroupShape, build_specs, check_algorithm, group_shape, validate_request
 from netsim.topoview import ROUTINGS, TopoView
@@ -100,6 +100,14 @@ class Planner:
         self._est: dict[tuple, float] = {}
         self._auto: dict[tuple, tuple[str, str]] = {}
         self._calls: dict[tuple, tuple] = {}
+        # reuse across groups (choice_key): interned route signatures -> ids; choices, estimates and plans by key
+        self._sig_ids: dict[tuple, int] = {}
+        self._alg_sig: dict[tuple, int] = {}
+        self._choice: dict[tuple, tuple[str, str]] = {}
+        self._est_by_key: dict[tuple, float] = {}
+        self._templates: dict[tuple, CollectivePlan] = {}
+        self._cap_list: list[float] | None = None
+        self._fabric: list[bool] | None = None
 
     def shape(self, gpus: tuple[int, ...]):
         got = self._shapes.get(gpus)
@@ -127,6 +135,13 @@ class Planner:
         got = self._auto.get(ck)
         if got is None:
             algs = ana.candidates(self.view, shape, req.op) if alg_req == "auto" else (alg_req,)
+            # a group whose estimates read the same values as an earlier group's gets its choice
+            # (choice_key: exact reuse, e.g. the translated groups of data-parallel replicas)
+            key = (float(req.size_bytes), alg_req, proto_req, algs) + self.choice_key(req.op, algs, gpus)
+            got = self._choice.get(key)
+            if got is not None:
+                self._auto[ck] = got
+                return (gpus, shape, facts) + got
             best, best_t = None, math.inf
             for alg in algs:
                 protos = self.model.protocols(alg, req.op, facts.ll128_ok, shape.m)
@@ -141,8 +156,87 @@ class Planner:
             if best is None:
                 raise NetsimError(f"protocol {PROTOCOL_NAMES[proto_req]} does not apply to any algorithm "
                                   f"of {req.op} on this group")
-            got = self._auto[ck] = best
+            got = self._auto[ck] = self._choice[key] = best
         return (gpus, shape, facts) + got
+
+    def choice_key(self, op: str, algs: tuple[str, ...], gpus: tuple[int, ...]) -> tuple:
+        """Everything analytical.estimate_s reads of the plans of `op` on `gpus` with each algorithm of
+        `algs` (every candidate, not only the one chosen), so two groups with equal keys have equal
+        estimates for every (algorithm, protocol, size) and hence the same choice:
+
+        - the group's shape and facts: sizes of its units in order, domains, the facts' bandwidths,
+          units, one-GPU-per-unit and LL128 flags (they fix the candidates' protocols, the
+          ResolveContext of every protocol, the plateau factor and the closed forms' bandwidths);
+        - per algorithm, the id of its route signature (route_signature).
+
+        A plan is a function of its routed specs, shape, facts and the planner's model (Planner.plan:
+        build_specs, route_spec, finish); analytical.estimate_s reads of the plan only its shape
+        and facts (sizes and bandwidths above), its flows' payload share, latency, cap, fill terms,
+        deps and order, and - through static_time_s, for algorithms without a closed form - the
+        channels renumbered by rank over the schedule's channels (compact_flows), their weights and
+        the capacities of those channels. All of these are in the key, and the planner's model,
+        view and calibration are fixed, so an equal key gives bit-identical estimates (the flow
+        engine is deterministic)."""
+        shape, facts = self.shape(gpus)
+        return ((op, shape.n, tuple(len(s) for s in shape.servers), shape.domains, facts.b_nv, facts.b_net,
+                 facts.units, facts.one_per_unit, facts.ll128_ok)
+                + tuple(self.route_signature(op, alg, gpus) for alg in algs))
+
+    def route_signature(self, op: str, alg: str, gpus: tuple[int, ...]) -> int:
+        """Id of what the plans of (op, algorithm, group) read of its routed specs: per spec its fields
+        other than the GPU hops (bytes, steps, deps, order, weights, NVLS/PXN flags, ring, latency
+        stages, channel share, fill kind), per-hop link classes and propagation latencies, switch
+        propagation, line rate up, channel weights (channel order) and - where the estimate runs the
+        flows (no closed form) - the channels as ranks over the schedule's channels and those
+        channels' capacities. Equal signatures are interned to one id."""
+        key = (op, alg, gpus)
+        got = self._alg_sig.get(key)
+        if got is None:
+            routed = self._routed_specs(op, alg, gpus)
+            parts = []
+            for r in routed:
+                s = r.spec
+                parts.append((s.nbytes, s.steps, s.deps, None if s.weights is None else tuple(s.weights), s.nvls,
+                              s.pxn, s.after, s.ring, s.lat_stages, s.share, s.fill, tuple(r.hop_class),
+                              tuple(r.hop_prop_s), r.switch_prop_s, r.line_up_Bps, tuple(r.weights.tolist())))
+            if not ana.closed_form_applies(alg, op):
+                chans = [r.channels.tolist() for r in routed]
+                used = sorted(set().union(*chans))
+                rank = {c: i for i, c in enumerate(used)}
+                cap = self.capacity_list()
+                parts.append(tuple(tuple(map(rank.__getitem__, c)) for c in chans))
+                parts.append(tuple(map(cap.__getitem__, used)))
+            sig = tuple(parts)
+            got = self._sig_ids.get(sig)
+            if got is None:
+                got = self._sig_ids[sig] = len(self._sig_ids)
+            self._alg_sig[key] = got
+        return got
+
+    def capacity_list(self) -> list[float]:
+        """The view's channel capacities (B/s) as Python floats (cached)."""
+        if self._cap_list is None:
+            self._cap_list = self.view.capacity_Bps.tolist()
+        return self._cap_list
+
+    def fabric_mask(self) -> list[bool]:
+        """Per channel: it joins two network switches (shared by the traffic of many GPUs, unlike a
+        GPU's own access links); cached."""
+        if self._fabric is None:
+            v = self.view
+            sw = v.is_network_switch
+            nodes = {int(x) for x in v.ch_src.tolist()} | {int(x) for x in v.ch_dst.tolist()}
+            is_sw = {x: sw(x) for x in nodes}
+            self._fabric = [is_sw[a] and is_sw[b] for a, b in zip(v.ch_src.tolist(), v.ch_dst.tolist())]
+        return self._fabric
+
+    def _routed_specs(self, op: str, alg: str, gpus: tuple[int, ...]) -> list:
+        """Routed specs of (op, algorithm, group), shared by its protocols (cached)."""
+        routed = self._routed.get((op, alg, gpus))
+        if routed is None:
+            specs = build_specs(self.shape(gpus)[0], op, alg, 1.0)
+            routed = self._routed[(op, alg, gpus)] = route_specs(self.view, specs)
+        return routed
 
     def call(self, req: CollectiveRequest):
         """(gpus, algorithm, protocol, flows, delay_s, lat_mult, one, one_bytes) of a request, cached per (op, group,
@@ -170,10 +264,24 @@ class Planner:
         return self.choose(req)[:4]
 
     def plan(self, op: str, alg: str, proto: str, gpus: tuple[int, ...]) -> CollectivePlan:
+        """The CollectivePlan of (op, algorithm, protocol, group), cached. A group whose choice key
+        (choice_key for this algorithm alone) equals an earlier group's gets that plan's flows with
+        its own channels: finish() computes every other field of a flow from what the key holds (the
+        spec fields, hop classes and latencies, weights, switch propagation, line rate, and the
+        shape and facts that fix the ResolveContext), so they are the same values."""
         key = (op, alg, proto, gpus)
         got = self._plans.get(key)
         if got is None:
             shape, facts = self.shape(gpus)
+            routed = self._routed_specs(op, alg, gpus)
+            tkey = (proto, alg) + self.choice_key(op, (alg,), gpus)
+            tmpl = self._templates.get(tkey)
+            if tmpl is not None:
+                flows = [ResolvedFlow(r.channels, f.weights, f.frac, f.latency_s, f.cap_Bps, f.deps, f.after,
+                                      f.nch, f.fill_stages, f.fill_chunk) for r, f in zip(routed, tmpl.flows)]
+                got = self._plans[key] = CollectivePlan(op, alg, proto, tmpl.family, shape, facts, flows,
+                                                        tmpl.base_s, tmpl.efficiency, tmpl.model)
+                return got
             m = self.model
             family = FAMILY[alg]
             hop = HopContext(family, proto, multi_unit=shape.m > 1, one_per_unit=facts.one_per_unit)
@@ -184,14 +292,10 @@ class Planner:
                 channels=m.channels(family, facts.one_per_unit, facts.b_net),
                 chunk=lambda kind, proto=proto: m.fill_chunk_bytes(kind, proto),
                 nvls_latency_s=m.nvls_latency_s(), nvls_efficiency=m.nvls_efficiency)
-            routed = self._routed.get((op, alg, gpus))
-            if routed is None:
-                specs = build_specs(shape, op, alg, 1.0)
-                routed = self._routed[(op, alg, gpus)] = [route_spec(self.view, s, i) for i, s in enumerate(specs)]
             flows = [finish(r, ctx) for r in routed]
             got = CollectivePlan(op, alg, proto, family, shape, facts, flows, m.base_s(family, proto),
                                  ctx.efficiency, m)
-            self._plans[key] = got
+            self._plans[key] = self._templates[tkey] = got
         return got
 
     def flows(self, op: str, alg: str, gpus: tuple[int, ...], shape=None, proto: str = "simple") -> list[ResolvedFlow]:
@@ -203,7 +307,14 @@ class Planner:
         key = (op, alg, proto, gpus, size)
         t = self._est.get(key)
         if t is None:
-            t = ana.estimate_s(self.view, self.plan(op, alg, proto, gpus), size) if len(gpus) > 1 else 0.0
+            if len(gpus) > 1:
+                # equal choice keys read equal values (choice_key): the estimate is shared
+                skey = (proto, size, alg) + self.choice_key(op, (alg,), gpus)
+                t = self._est_by_key.get(skey)
+                if t is None:
+                    t = self._est_by_key[skey] = ana.estimate_s(self.view, self.plan(op, alg, proto, gpus), size)
+            else:
+                t = 0.0
             self._est[key] = t
         return t
 
@@ -305,23 +416,31 @@ class FlowNetwork:
             self.advance(now_s)
         engine = self.engine
         now = engine.now_s
+        keep = self.keep_records
+
+        def one_done(_fid: int, t: float) -> None:     # a send when nothing is recorded
+            self._in_flight -= 1
+            on_done(t)
+
         for req, (gpus, alg, proto, flows, delay, mult, one, one_bytes) in zip(reqs, calls):
-            size = float(req.size_bytes)
-            rec = CollectiveRecord(req.tag, req.op, alg, len(gpus), int(req.size_bytes), now, math.nan,
-                                   PROTOCOL_NAMES[proto])
             self._in_flight += 1
-            if one is None:
-                _run_collective(self, flows, size, on_done, rec, delay_s=delay, lat_mult=mult)
-                continue
+            if one is not None and not keep:
+                done = one_done
+            else:
+                rec = CollectiveRecord(req.tag, req.op, alg, len(gpus), int(req.size_bytes), now, math.nan,
+                                       PROTOCOL_NAMES[proto])
+                if one is None:
+                    _run_collective(self, flows, float(req.size_bytes), on_done, rec, delay_s=delay, lat_mult=mult)
+                    continue
+
+                def done(_fid: int, t: float, rec=rec) -> None:
+                    rec.end_s = t
+                    if self.keep_records:
+                        self.records.append(rec)
+                    self._in_flight -= 1
+                    on_done(t)
 
             # the latency as ScheduleRun computes it (ready time minus now), for bit-identical event times
-            def done(_fid: int, t: float, rec=rec) -> None:
-                rec.end_s = t
-                if self.keep_records:
-                    self.records.append(rec)
-                self._in_flight -= 1
-                on_done(t)
-
             engine.add_flow(one.channels, one_bytes, weights=one.weights,
                             latency_s=max(0.0, now + delay + one.latency_s * mult - now), cap_Bps=one.cap_Bps, on_done=done)
 

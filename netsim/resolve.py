@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -116,7 +117,53 @@ def route_spec(view, spec: FlowSpec, spec_idx: int) -> RoutedSpec:
                       got.line_up_Bps)
 
 
+def route_specs(view, specs: list[FlowSpec]) -> list[RoutedSpec]:
+    """route_spec(view, specs[i], i) of every spec of a collective, with the hops of its ring-like
+    specs routed in one batch (_route_ring_like_many)."""
+    cache = getattr(view, "_routed_specs", None)
+    out: list[RoutedSpec | None] = [None] * len(specs)
+    keys: list = [None] * len(specs)
+    todo: list[int] = []
+    for i, spec in enumerate(specs):
+        if cache is not None:
+            key = keys[i] = (i, spec.pxn, tuple(spec.hops), None if spec.weights is None else tuple(spec.weights))
+            got = cache.get(key)
+            if got is not None:
+                out[i] = RoutedSpec(spec, got.channels, got.weights, got.hop_class, got.hop_prop_s,
+                                    got.switch_prop_s, got.line_up_Bps)
+                continue
+        todo.append(i)
+    batch = [i for i in todo if _ring_like(view, specs[i])]
+    fresh: dict[int, RoutedSpec | None] = {}
+    if batch:
+        fresh = dict(zip(batch, _route_ring_like_many(view, [(specs[i], i) for i in batch])))
+    for i in todo:
+        got = fresh.get(i)
+        if got is None:
+            got = _route_hops(view, specs[i], i)
+        if cache is not None:
+            cache[keys[i]] = got
+        out[i] = RoutedSpec(specs[i], got.channels, got.weights, got.hop_class, got.hop_prop_s,
+                            got.switch_prop_s, got.line_up_Bps)
+    return out
+
+
+def _ring_like(view, spec: FlowSpec) -> bool:
+    """A spec _route_ring_like_many may take: unweighted, no PXN, more than 8 hops (shorter ones are
+    routed faster hop by hop), on a view with batched routes."""
+    return spec.weights is None and not spec.pxn and len(spec.hops) > 8 and hasattr(view, "one_switch_hops")
+
+
 def _route_spec(view, spec: FlowSpec, spec_idx: int) -> RoutedSpec:
+    if _ring_like(view, spec):
+        got = _route_ring_like_many(view, [(spec, spec_idx)])[0]
+        if got is not None:
+            return got
+    return _route_hops(view, spec, spec_idx)
+
+
+def _route_hops(view, spec: FlowSpec, spec_idx: int) -> RoutedSpec:
+    """_route_spec hop by hop (TopoView.hop, NVSwitch ports)."""
     chans: list[int] = []
     ws: list[float] = []
     classes: list[str] = []
@@ -154,6 +201,91 @@ def _route_spec(view, spec: FlowSpec, spec_idx: int) -> RoutedSpec:
     else:
         uniq, wsum = np.zeros(0, dtype=np.int64), np.zeros(0)
     return RoutedSpec(spec, uniq, wsum, classes, props, switch_prop, line_up)
+
+
+def _route_ring_like_many(view, items: list[tuple[FlowSpec, int]]) -> list[RoutedSpec | None]:
+    """_route_spec of unweighted specs of GPU pairs (rings, chains; (spec, index) pairs) with all
+    their hops routed in batches: through a single host switch (TopoView.one_switch_hops), through
+    the network on the router's single route (TopoView.net_hops), the rest hop by hop (TopoView.hop).
+    The same channels, weights, classes and latencies in the same order; the hops are rows of one
+    channel matrix (-1 = none), read row by row. None for a spec with a switch-port hop (or none)."""
+    out: list[RoutedSpec | None] = [None] * len(items)
+    pairs, take, hop_idx = [], [], []
+    for j, (spec, idx) in enumerate(items):
+        n = len(spec.hops)
+        try:
+            pairs.append(np.fromiter(chain.from_iterable(spec.hops), dtype=np.int64, count=2 * n))
+        except (TypeError, ValueError):      # ("up", gpu) / ("down", gpu) NVSwitch ports
+            continue
+        take.append(j)
+        hop_idx.append((idx * 1009 + np.arange(n, dtype=np.int64)) & 0x7FFFFFFF)   # ecmp_key(idx, h)
+    if not take:
+        return out
+    flat = np.concatenate(pairs).reshape(-1, 2)
+    src, dst = flat[:, 0], flat[:, 1]
+    keys = np.concatenate(hop_idx)
+    got = view.one_switch_hops(src, dst)
+    if got is None:
+        return out
+    ok, l1, l2, prop, cls = got
+    blocks: list[tuple[np.ndarray, np.ndarray]] = [(np.flatnonzero(ok), np.column_stack((l1[ok], l2[ok])))]
+    prop = prop.copy()
+    cls = cls.copy()
+    weighted: list[tuple[int, tuple[float, ...]]] = []
+    rest = np.flatnonzero(~ok)
+    if len(rest):
+        net = view.net_hops(src[rest], dst[rest], keys[rest])
+        if net is not None:
+            at, rows, p, c = net
+            hit = rest[at]
+            blocks.append((hit, rows))
+            prop[hit] = p
+            cls[hit] = c
+            left = np.ones(len(rest), dtype=bool)
+            left[at] = False
+            rest = rest[left]
+        if len(rest):
+            view_hop = view.hop
+            paths = []
+            for h, a, b, k in zip(rest.tolist(), src[rest].tolist(), dst[rest].tolist(), keys[rest].tolist()):
+                path, pw, pr, kc = view_hop(a, b, k, False)
+                if pw.count(1.0) != len(pw):
+                    weighted.append((h, pw))
+                paths.append(path)
+                prop[h] = pr
+                cls[h] = kc
+            rows = np.full((len(rest), max(1, max(map(len, paths)))), -1, dtype=np.int64)
+            for i, path in enumerate(paths):
+                rows[i, :len(path)] = path
+            blocks.append((rest, rows))
+    width = max(r.shape[1] for _, r in blocks)
+    mat = np.full((len(src), width), -1, dtype=np.int64)
+    for at, rows in blocks:
+        mat[at, :rows.shape[1]] = rows
+    wmat = None
+    if weighted:
+        wmat = np.ones((len(src), width), dtype=np.float64)
+        for h, pw in weighted:
+            wmat[h, :len(pw)] = pw
+    props = prop.tolist()
+    classes = cls.tolist()
+    o = 0
+    for j, pair in zip(take, pairs):
+        n = len(pair) // 2
+        sub = mat[o:o + n]
+        used = sub >= 0
+        chans = sub[used]                   # row by row: hop order, then path order
+        if len(chans):
+            uniq, inv, counts = np.unique(chans, return_inverse=True, return_counts=True)
+            w = None if wmat is None else wmat[o:o + n][used]
+            if w is None or (w == 1.0).all():
+                # unit weights: per channel its number of uses, what the weighted sum gives exactly
+                wsum = counts.astype(np.float64)
+            else:
+                wsum = np.bincount(inv.reshape(-1), weights=w, minlength=len(uniq))
+            out[j] = RoutedSpec(items[j][0], uniq, wsum, classes[o:o + n], props[o:o + n], 0.0, math.inf)
+        o += n
+    return out
 
 
 def finish(routed: RoutedSpec, ctx: ResolveContext, unit_size: float = 1.0) -> ResolvedFlow:

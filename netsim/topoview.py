@@ -24,6 +24,11 @@ from netsim.protocol import link_class
 # auto (default): "rail" on a rail-optimized fabric (topo.analysis.is_rail_optimized), else "ecmp";
 # rail: NCCL-like rail-aligned routes for same-rail traffic (topo.Router); ecmp: per-flow hashing everywhere
 ROUTINGS = ("auto", "rail", "ecmp")
+# group size from which group_bandwidths reads per-GPU arrays instead of searching GPU by GPU
+ARRAY_MIN_GROUP = 16
+# link classes by code (TopoView._kind_codes): link_class of a set of kinds is the class of its largest code
+_CLASS_NAMES = ("nvlink", "pcie", "network")
+_CLASS_BY_CODE = np.array([link_class({k}) for k in _CLASS_NAMES], dtype=object)
 
 
 def resolve_routing(topology, routing: str) -> str:
@@ -59,9 +64,10 @@ def _paired_reverse(src: np.ndarray, dst: np.ndarray) -> np.ndarray | None:
     return np.arange(n, dtype=np.int64) ^ 1
 
 
-def _efficiencies(kinds: list, bw: np.ndarray, gpu_type: str, override: dict) -> np.ndarray:
+def _efficiencies(kinds: list, bw: np.ndarray, gpu_type: str, override: dict) -> tuple[np.ndarray, dict, np.ndarray]:
     """cal.link_efficiency (or the calibration's override) of every channel, evaluated once per
-    distinct (kind, line rate)."""
+    distinct (kind, line rate); with the distinct kinds ({kind: code}, first-seen order) and the
+    code of every channel."""
     names = {k: i for i, k in enumerate(dict.fromkeys(kinds))}     # distinct kinds, first-seen order
     codes = np.fromiter(map(names.__getitem__, kinds), dtype=np.int64, count=len(kinds))
     out = np.empty(len(kinds))
@@ -70,7 +76,7 @@ def _efficiencies(kinds: list, bw: np.ndarray, gpu_type: str, override: dict) ->
         rates, inv = np.unique(bw[mask], return_inverse=True)
         eff = np.array([override.get(k) or cal.link_efficiency(k, float(b), gpu_type) for b in rates.tolist()])
         out[mask] = eff[inv]
-    return out
+    return out, names, codes
 
 
 class _Adjacency:
@@ -135,7 +141,7 @@ class TopoView:
         override = {} if calibration is None else {
             "nvlink": calibration.nvlink_efficiency, "network": calibration.network_efficiency,
             "pcie": calibration.pcie_efficiency}
-        eff = _efficiencies(self.ch_kind, ch_bw, self.gpu_type, override)
+        eff, self._kind_names, self._kind_ids = _efficiencies(self.ch_kind, ch_bw, self.gpu_type, override)
         self.line_Bps = ch_bw
         self.capacity_Bps = ch_bw * eff * ch_health
         self.latency_s = ch_lat
@@ -174,6 +180,12 @@ class TopoView:
         self._hop_key_free: dict[tuple, tuple] = {}
         self._routed_specs: dict[tuple, object] = {}    # netsim.resolve.route_spec results by spec content
         self._lat_list = self.latency_s.tolist()
+        self._one_switch = None     # one_switch_hops tables, built on first use
+        self._single_exit = None    # net_hops: per GPU, one channel into the network and no NIC
+        self._unit_np = None        # _unit as an array, on first use
+        self._kind_code = None      # _kind_codes, on first use
+        self._role_arr = None       # _roles, on first use
+        self._gpu_ports = None      # _per_gpu_ports, on first use
 
     # ------------------------------------------------------------ structure
     def server_of(self, gpu: int) -> int:
@@ -408,6 +420,168 @@ class TopoView:
         self._hop_cache[ck] = got
         return got
 
+    def one_switch_hops(self, src: np.ndarray, dst: np.ndarray):
+        """hop() of many GPU pairs at once where it is a two-link route through the one host switch
+        (NVSwitch or PCIe switch) both GPUs hang from: each GPU has exactly one link to a host-side
+        switch, both reach the same one, and the pair is inside one unit (then hop() takes
+        topo.Router.path_key_free's single candidate: GPU -> switch, the switch's first link -> peer).
+        Returns (mask of such pairs, first channels, second channels, propagation s, link class per
+        pair) with the channel/latency/class entries valid where the mask is set; None when the
+        view cannot answer (undirected links, PXN by default)."""
+        if not self.directed or self.pxn_default:
+            return None
+        tab = self._one_switch
+        if tab is None:
+            tab = self._one_switch = self._one_switch_tables()
+        up, down, sw, unit, kind_code, classes = tab
+        ok = (sw[src] >= 0) & (sw[src] == sw[dst]) & (down[dst] >= 0) & (src != dst) & (unit[src] == unit[dst])
+        l1, l2 = up[src], down[dst]
+        lat = self.latency_s
+        prop = lat[l1] + lat[l2]     # = sum(latency of the path) in path order (0 + a + b)
+        cls = classes[kind_code[l1] * 3 + kind_code[l2]]
+        return ok, l1, l2, prop, cls
+
+    def net_hops(self, src: np.ndarray, dst: np.ndarray, keys: np.ndarray):
+        """hop(src[i], dst[i], keys[i]) of many GPU pairs at once where it is topo.Router's single
+        network route (Router.net_paths): pairs in different units whose source reaches the network
+        through one port (then hop() is the router's path with unit weights). Returns (indices of the
+        pairs answered, their channels: one row per pair in path order, -1 = none, propagation s as
+        hop()'s sequential sum, link class per pair) or None when the view cannot answer."""
+        if not self.directed or self.pxn_default:
+            return None
+        router = self._routers.get(False)
+        if router is None:
+            return None
+        unit, kind_code = self._unit_arr(), self._kind_codes()
+        one_port = self._one_port()
+        cand = np.flatnonzero((unit[src] != unit[dst]) & one_port[src])
+        if not len(cand):
+            return None
+        got = router.net_paths(src[cand], dst[cand], keys[cand])
+        if got is None:
+            return None
+        sel, rows = got
+        valid = rows >= 0
+        safe = np.where(valid, rows, 0)
+        lat = self.latency_s
+        prop = lat[safe[:, 0]]           # 0 + the first link's latency, then link by link (sum())
+        code = np.where(valid[:, 0], kind_code[safe[:, 0]], 0)
+        for c in range(1, rows.shape[1]):
+            prop = np.where(valid[:, c], prop + lat[safe[:, c]], prop)
+            code = np.maximum(code, np.where(valid[:, c], kind_code[safe[:, c]], 0))
+        return cand[sel], rows, prop, _CLASS_BY_CODE[code]
+
+    def _group_bandwidths_arrays(self, gpus) -> tuple[float, float] | None:
+        """group_bandwidths of a group whose GPUs all have NVLink and (group across units) one
+        network port each, straight from per-GPU arrays: the same minima of the same values (NVLink:
+        per GPU its ports' capacities summed in channel order; network: its port's capacity over the
+        group GPUs on it, capped by the same capacity). None for the other groups."""
+        nv_out, one_port, port = self._per_gpu_ports()
+        g = np.asarray(gpus, dtype=np.int64)
+        nv = nv_out[g]
+        if not len(g) or not (nv > 0.0).all():
+            return None
+        b_intra = float(nv.min())
+        unit = self._unit_arr()[g]
+        if not (unit != unit[0]).any():
+            return b_intra, math.inf
+        if not one_port[g].all():
+            return None
+        chans = port[g]
+        cap = self.capacity_Bps[chans]
+        # exits() of each distinct GPU (a dict by GPU); np.unique(x) alone would import numpy.ma
+        users = np.bincount(np.unique(chans, return_index=True)[0])[chans]
+        # exits(): share = sum over its one channel (0 + cap / users), first = its capacity (inf if 0)
+        share = cap / users
+        first = np.where(cap > 0, cap, math.inf)
+        return b_intra, self.capacity_Bps.dtype.type(np.minimum(share, first).min())
+
+    def nvlink_out_array(self) -> np.ndarray:
+        """nvlink_out_Bps of every GPU (the same sums; cached, do not modify)."""
+        return self._per_gpu_ports()[0]
+
+    def _per_gpu_ports(self):
+        """Per GPU: NVLink bandwidth out (nvlink_out_Bps), whether it has one network port and no NIC
+        / PCIe switch on its host side (exits() is then that one channel), and that channel."""
+        got = self._gpu_ports
+        if got is None:
+            G = self.num_gpus
+            src = self.ch_src
+            nvl = (self._kind_ids == self._kind_names.get("nvlink", -1)) & (src < G)
+            # bincount adds in channel order from 0.0: nvlink_out_Bps's sum over _adj (channel order)
+            nv_out = np.bincount(src[nvl], weights=self.capacity_Bps[nvl], minlength=G)[:G]
+            one_port = self._one_port()
+            port = np.full(G, -1, dtype=np.int64)
+            role = self._roles()
+            lids = np.flatnonzero((src < G) & (role[self.ch_dst] == 1))
+            port[src[lids]] = lids
+            port[~one_port] = 0
+            got = self._gpu_ports = (nv_out, one_port, port)
+        return got
+
+    def _roles(self) -> np.ndarray:
+        """_exit_role as an array by node id."""
+        got = self._role_arr
+        if got is None:
+            got = np.zeros(max(max(self._exit_role, default=0), int(self.ch_dst.max(initial=0))) + 1,
+                           dtype=np.int64)
+            for node, r in self._exit_role.items():
+                got[node] = r
+            self._role_arr = got
+        return got
+
+    def _one_port(self) -> np.ndarray:
+        """Per GPU: exits() is one channel into a network switch (no NIC / PCIe switch to cross)."""
+        got = self._single_exit
+        if got is None:
+            G = self.num_gpus
+            role = self._roles()
+            src_g = self.ch_src < G
+            r_dst = role[self.ch_dst]
+            n = np.bincount(self.ch_src[src_g & (r_dst == 1)], minlength=G)
+            other = np.bincount(self.ch_src[src_g & (r_dst == 2)], minlength=G) > 0
+            got = self._single_exit = (n[:G] == 1) & ~other[:G]
+        return got
+
+    def _unit_arr(self) -> np.ndarray:
+        got = self._unit_np
+        if got is None:
+            got = self._unit_np = np.asarray(self._unit, dtype=np.int64)
+        return got
+
+    def _kind_codes(self) -> np.ndarray:
+        """Per channel its link class as a code (0 nvlink, 1 pcie, 2 network; other kinds count as
+        nvlink, as link_class reads them): a path's class is its largest code."""
+        got = self._kind_code
+        if got is None:
+            code = {k: i for i, k in enumerate(_CLASS_NAMES)}
+            by_id = np.array([code.get(k, 0) for k in self._kind_names] or [0], dtype=np.int64)
+            got = self._kind_code = by_id[self._kind_ids]
+        return got
+
+    def _one_switch_tables(self):
+        G = self.num_gpus
+        n_nodes = max(self.node_kind) + 1 if self.node_kind else 0
+        hostsw = np.zeros(max(n_nodes, int(self.ch_dst.max()) + 1 if len(self.ch_dst) else 0), dtype=bool)
+        for i, k in self.node_kind.items():      # topo.Router's host switches: NVSwitch chips, PCIe switches
+            hostsw[i] = k == "nvswitch" or self._tier[i] == "pcie"
+        src, dst = self.ch_src, self.ch_dst
+        lids = np.flatnonzero((src < G) & hostsw[dst])
+        count = np.bincount(src[lids], minlength=G)
+        up = np.full(G, -1, dtype=np.int64)
+        sw = np.full(G, -1, dtype=np.int64)
+        up[src[lids]] = lids             # kept only where the GPU has exactly one such link
+        sw[src[lids]] = dst[lids]
+        sw[count != 1] = -1
+        down = np.full(G, -1, dtype=np.int64)
+        back = np.flatnonzero(hostsw[src] & (dst < G))          # switch -> GPU, ascending ids
+        back = back[src[back] == sw[dst[back]]]
+        gpus, first = np.unique(dst[back], return_index=True)   # the switch's first link to each GPU
+        down[gpus] = back[first]
+        unit, kind_code = self._unit_arr(), self._kind_codes()
+        classes = np.array([link_class({a, b}) for a in _CLASS_NAMES for b in _CLASS_NAMES], dtype=object)
+        return up, down, sw, unit, kind_code, classes
+
     def _hop_of(self, path: tuple[int, ...], pw: tuple[float, ...]) -> tuple:
         lat = self._lat_list
         # unit weights: the same sum without the products (x * 1.0 == x)
@@ -431,6 +605,11 @@ class TopoView:
         (or its PCIe path to a peer in its unit), and its share of its network ports: their
         capacity divided by the group members that use the same ports (NIC sharing), capped by
         the GPU's own host-side links."""
+        # the array path pays numpy's per-call overhead: it wins from a few dozen GPUs up (a 2-GPU send
+        # pair is 3x slower with it); both give the same values
+        got = self._group_bandwidths_arrays(gpus) if len(gpus) >= ARRAY_MIN_GROUP else None
+        if got is not None:
+            return got
         gpus = list(gpus)
         by_unit: dict[int, list[int]] = defaultdict(list)
         for g in gpus:

@@ -59,7 +59,7 @@ def cmd_run_jobs(args: argparse.Namespace) -> int:
         raise SimError("run --job: jobs sharing a fabric submit every group (--sampling rail is not supported)")
     if _simai_given(args):
         raise SimError("run --job: SimAI options (-nv, -nic, -busbw, ...) are not supported with --job")
-    from sim.train_cost import training_wanted
+    from sim.train_flags import training_wanted
     if training_wanted(args):
         raise SimError("run --job: training cost/energy options are not supported with --job")
     return _run_cluster(args, args.fabric or "spectrum-x", top=8)

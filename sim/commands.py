@@ -301,7 +301,6 @@ def _charts_of(args) -> str:
 
 def cmd_run(args) -> int:
     from sim.report import format_summary, write_results
-    from sim.train_cost import format_training
     charts = _charts_of(args)
     args.no_charts = charts == "none"     # `run --job` (sim.cluster_cli) reads --no-charts
     if getattr(args, "jobs", None):   # `run --job ... --job ...`: `clustersim cluster` (sim.cluster_cli)
@@ -334,8 +333,11 @@ def cmd_run(args) -> int:
     if args.out != "-":
         from sim.report import check_out_dir
         check_out_dir(args.out)  # before minutes of simulation, not after
-    from sim.train_cost import load_training_inputs, training_wanted
-    train_inputs = load_training_inputs(args) if training_wanted(args) else None   # bad files fail early
+    from sim.train_flags import training_wanted
+    train_inputs = None
+    if training_wanted(args):   # the cost/energy models are imported only when asked for
+        from sim.train_cost import load_training_inputs
+        train_inputs = load_training_inputs(args)   # bad files fail early
     from sim.report import parse_ranks
     trace_ranks = parse_ranks(args.trace_ranks) if args.trace_ranks else None
     from sim.trace_args import LINK_SERIES_KEPT
@@ -347,7 +349,7 @@ def cmd_run(args) -> int:
     wall = time.perf_counter() - t0
     train = None
     if train_inputs is not None:
-        from sim.train_cost import estimate_for_run
+        from sim.train_cost import estimate_for_run, format_training
         train = estimate_for_run(rep, workload, topology, train_inputs, job)
     name = Path(job["workload"]).name if job.get("workload") else (job.get("model") or "run")
     from sim.straggler import format_straggler
@@ -432,7 +434,8 @@ def cmd_compare(args) -> int:
     if args.out != "-":
         from sim.report import COMPARE_FILES, check_out_dir
         check_out_dir(args.out, COMPARE_FILES)
-    from sim.train_cost import estimate_for_run, load_training_inputs, training_wanted
+    from sim.train_cost import estimate_for_run, load_training_inputs
+    from sim.train_flags import training_wanted
     train_inputs = load_training_inputs(args) if training_wanted(args) else None   # bad files fail early
     reports, estimates = [], []
     for label, job in jobs:
@@ -587,7 +590,8 @@ def cmd_sweep(args) -> int:
     from sim.outpath import check_writable
     check_writable(args.out, kind="CSV file")  # before any simulation
     check_writable(sweep_html_path(Path(args.out)))
-    from sim.train_cost import load_training_inputs, training_wanted
+    from sim.train_cost import load_training_inputs
+    from sim.train_flags import training_wanted
     if training_wanted(args):   # cost/energy columns; bad tables fail before any simulation
         inputs = load_training_inputs(args)
         jobs = [(label, job, inputs) for label, job in jobs]
@@ -651,7 +655,7 @@ def register(subparsers) -> None:
     add_run_job_argument(p)
     from sim.simai_compat import add_run_arguments
     add_run_arguments(p)
-    from sim.train_cost import add_training_arguments
+    from sim.train_flags import add_training_arguments
     add_training_arguments(p)
     p.set_defaults(func=cmd_run)
 

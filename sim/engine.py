@@ -67,7 +67,13 @@ sampling "full", where every group of every kind is submitted):
       reduces stage pairs that all cross a leaf or pod boundary, groups of dual-homed GPUs whose
       routes happen to be disjoint, and servers shuffled across leaves. Same caveat as above for the
       rest: flows of other calls crossing an omitted copy's channels miss its load (exact when those
-      loads are symmetric, as between the translated pipelines of DP replicas).
+      loads are symmetric, as between the translated pipelines of DP replicas). Every group is
+      routed once for this; its algorithm/protocol choice and plan are shared with earlier groups of
+      equal key (netsim.backend.Planner.choice_key, exact).
+  (5) "auto" on a routing backend, EP calls that (4) leaves with several groups (they share fabric
+      links through ECMP): each class of congruent groups is submitted as one quotient copy, the
+      representative's flows carrying every copy's switch-to-switch load (sim.ep_symmetry).
+      Approximate (copies forced to one rate per flow); measured error in docs/sim.md.
 - Isolated kinds: when all groups of a kind lie inside NVLink domains and no other kind used in the
   forward/backward lists (nor a pipeline send) has two members in one domain, that kind's
   per-micro-batch collectives can never share a link with other traffic; they are timed with
@@ -95,6 +101,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 
 from netsim.api import CollectiveRequest
+from sim.ep_symmetry import QUOTIENT_KINDS, QuotientGroup, quotient_groups, submit_quotient
 from sim.errors import SimError
 from sim.schedule import stage_tasks
 from workload_gen.workload import REPORT_GROUP, CommOp
@@ -253,6 +260,7 @@ class Engine:
         self.host = host
         self.contention = contention
         self._fp_cache: dict = {}
+        self._factor_cache: dict = {}     # _StageRun._factor memo
         if stage_factors is None:
             stage_factors = [1.0] * self.p
         stage_factors = [float(f) for f in stage_factors]
@@ -413,8 +421,10 @@ class Engine:
                         keep = self._pp_plan(size)[(key[1], key[2])]
                     else:
                         comps = route_components(planner, hit, collective, size)
-                        keep = reduce_components(planner.view, comps, _index_of(hit, rep_gpu))[0]
+                        keep = reduce_components(planner, comps, _index_of(hit, rep_gpu))[0]
                     hit = [g for i, g in enumerate(hit) if i in keep]
+                    if key[0] in QUOTIENT_KINDS and len(hit) > 1:   # rule (5): sim.ep_symmetry
+                        hit = quotient_groups(planner, hit, collective, size, rep_gpu)
             self._sub_cache[key] = hit
         return hit
 
@@ -424,7 +434,7 @@ class Engine:
         if planner is None or not hasattr(planner, "call"):
             return groups
         comps = route_components(planner, groups, collective, size)
-        keep = reduce_components(planner.view, comps, _index_of(groups, rep_gpu))[0]
+        keep = reduce_components(planner, comps, _index_of(groups, rep_gpu))[0]
         return [g for i, g in enumerate(groups) if i in keep]
 
     def _pp_plan(self, size: int) -> dict:
@@ -445,8 +455,8 @@ class Engine:
                 pairs = [q for q in self._pp_pairs(a, b) if len(q) > 1]
                 rep = _index_of(pairs, int(self.pl.gpus[self.rep_ranks[a]]))
                 comps = route_components(planner, pairs, "send", size) if len(pairs) > 1 else []
-                red = reduce_components(planner.view, comps, rep) if comps else (set(range(len(pairs))), [], set())
-                all_fabric = fabric_channels(planner.view, set().union(*(chans for _, _, chans in comps)))
+                red = reduce_components(planner, comps, rep) if comps else (set(range(len(pairs))), [], set())
+                all_fabric = fabric_channels(planner, set().union(*(chans for _, _, chans in comps)))
                 calls[(a, b)] = (len(pairs), red, all_fabric)
             forced: set = set()
             while True:
@@ -541,6 +551,13 @@ class Engine:
                 self._push(latest[0], self._finish, handle)
 
         self.comm_count += len(reqs)
+        if any(type(r.gpus) is QuotientGroup for r in reqs):    # rule (5): sim.ep_symmetry
+            for r in reqs:
+                if type(r.gpus) is QuotientGroup:
+                    submit_quotient(self.net, r, now, on_done)
+            reqs = [r for r in reqs if type(r.gpus) is not QuotientGroup]
+            if not reqs:
+                return
         many = getattr(self.net, "submit_many", None)
         if many is not None:      # one call: validation, choice and routing cached per group shape
             many(reqs, now, on_done)
@@ -708,8 +725,9 @@ def route_components(planner, groups: list, collective: str, size: int):
     algorithm, protocol, timing terms; per flow: payload share, latency, cap, weights on an
     isomorphic channel pattern; the channels' capacities) is equal for copies that finish at the
     same time when nothing else crosses them."""
-    cap = planner.view.capacity_Bps
+    cap = planner.capacity_list()
     calls = [planner.call(CollectiveRequest(collective, g, size)) for g in groups]
+    chans = [[f.channels.tolist() for f in c[3]] for c in calls]
     parent = list(range(len(groups)))
 
     def root(i: int) -> int:
@@ -719,9 +737,12 @@ def route_components(planner, groups: list, collective: str, size: int):
         return i
 
     owner: dict = {}
-    for i, c in enumerate(calls):
-        for f in c[3]:
-            for ch in f.channels.tolist():
+    for i, flows in enumerate(chans):
+        for chs in flows:
+            if owner.keys().isdisjoint(chs):      # the usual case, in C: no channel seen before
+                owner.update(dict.fromkeys(chs, i))
+                continue
+            for ch in chs:
                 j = owner.setdefault(ch, i)
                 if j != i:
                     ri, rj = root(i), root(j)
@@ -737,11 +758,17 @@ def route_components(planner, groups: list, collective: str, size: int):
         for i in comp:
             c = calls[i]
             sig.append((c[1], c[2], c[4], c[5], len(c[3])))
-            for f in c[3]:
-                sig.append((tuple(labels.setdefault(ch, len(labels)) for ch in f.channels.tolist()),
-                            tuple(f.weights.tolist()), f.frac, f.latency_s, f.cap_Bps, f.deps, f.after,
+            for f, chs in zip(c[3], chans[i]):
+                n0 = len(labels)
+                new = dict(zip(chs, range(n0, n0 + len(chs))))
+                if len(new) == len(chs) and labels.keys().isdisjoint(new):
+                    labels.update(new)        # all new and distinct: labels n0, n0 + 1, ... as below
+                    lab = tuple(new.values())
+                else:
+                    lab = tuple(labels.setdefault(ch, len(labels)) for ch in chs)
+                sig.append((lab, tuple(f.weights.tolist()), f.frac, f.latency_s, f.cap_Bps, f.deps, f.after,
                             f.nch, f.fill_stages, f.fill_chunk))
-        sig.append(tuple(float(cap[ch]) for ch in labels))
+        sig.append(tuple(map(cap.__getitem__, labels)))
         out.append((comp, tuple(sig), labels.keys()))
     return out
 
@@ -751,14 +778,14 @@ def _index_of(groups: list, gpu: int) -> int:
     return next((i for i, g in enumerate(groups) if gpu in g), 0)
 
 
-def fabric_channels(view, chans) -> set:
+def fabric_channels(planner, chans) -> set:
     """The channels among `chans` that join two network switches (shared by the traffic of many
-    GPUs, unlike a GPU's own access links)."""
-    sw = view.is_network_switch
-    return {ch for ch in chans if sw(int(view.ch_src[ch])) and sw(int(view.ch_dst[ch]))}
+    GPUs, unlike a GPU's own access links; Planner.fabric_mask)."""
+    mask = planner.fabric_mask()
+    return {ch for ch in chans if mask[ch]}
 
 
-def reduce_components(view, comps, rep: int):
+def reduce_components(planner, comps, rep: int):
     """Rule (4) on one call's route components (route_components): (kept group indices, channel sets
     of the omitted components, fabric channels of the components kept because their class is kept
     whole). Copies of one signature are reduced to one (the component holding group `rep`, else the
@@ -772,7 +799,7 @@ def reduce_components(view, comps, rep: int):
     omitted: list = []
     whole_fabric: set = set()
     for members in by_sig.values():
-        fab = [fabric_channels(view, chans) for _, chans in members]
+        fab = [fabric_channels(planner, chans) for _, chans in members]
         if len(by_sig) > 1 and any(fab):
             for comp, _ in members:
                 keep.update(comp)
@@ -879,6 +906,13 @@ class _StageRun:
         self.kernel = None         # running kernel while event-driven communication is in flight
         self.sent_handles: list[Handle] = []   # pipeline sends since the last device sync
         self.kver = 0              # version of the running kernel's pending end/re-time event
+        # quiet window (_contended): from q_t until q_nxt no tracked communication is in flight and
+        # none is event-driven, as long as no handle is tracked after the q_ntrack-th (_track keeps
+        # it for arithmetically timed handles)
+        self.ntrack = 0
+        self.q_ntrack = -1
+        self.q_t = 0.0
+        self.q_nxt = 0.0
         self.factor = eng.stage_factors[stage]   # kernel-time multiplier of this stage's slowest rank
         self.lag = 0.0             # its extra kernel time since its last TP/CP/EP collective
 
@@ -889,6 +923,14 @@ class _StageRun:
         h.owner = self
         h.fp = fp
         self.live.append(h)
+        valid = self.q_ntrack == self.ntrack
+        self.ntrack += 1
+        if valid and h.fast:
+            # known start and end: the quiet window resumes after its end (a start at or after
+            # q_nxt leaves _live_state's answer inside the window unchanged)
+            if h.start_s < self.q_nxt and h.done_s > self.q_t:
+                self.q_t = h.done_s
+            self.q_ntrack = self.ntrack
 
     def _live_state(self, t: float):
         """(footprints in flight at t, next known change after t, event-driven comm not yet done).
@@ -917,12 +959,35 @@ class _StageRun:
             self.live = [h for h in live if not (h.done and h.done_s <= t)]
         return fps, nxt, pending_event
 
+    def _contended(self, t: float, dur: float):
+        """None when a kernel of `dur` s started at t runs at full speed (_live_state(t) has no
+        footprint, no event-driven communication and no change before t + dur), else _live_state(t).
+
+        Exact shortcut of that test: with nothing in flight and every event-driven handle done at
+        q_t, _live_state(t') for q_t <= t' < q_nxt returns ([], q_nxt, False) until a handle is
+        tracked (fast handles have fixed start/end; done handles never come back)."""
+        if self.ntrack == self.q_ntrack and self.q_t <= t < self.q_nxt and t + dur <= self.q_nxt:
+            return None
+        got = self._live_state(t)
+        fps, nxt, pending_event = got
+        if fps or pending_event:
+            return got
+        self.q_t, self.q_nxt, self.q_ntrack = t, nxt, self.ntrack
+        return None if t + dur <= nxt else got
+
     def _factor(self, op, fps) -> float:
         if not fps:
             return 1.0
-        cm = self.eng.contention
-        sh, hb = cm.shares(fps)
-        return cm.factor(op, sh, hb)
+        # memo by identity: ops live as long as the workload and footprints are cached per engine
+        # (Engine.footprint, _issue_fast, _send), and shares/factor read only them
+        key = (id(op), *map(id, fps))
+        cache = self.eng._factor_cache
+        got = cache.get(key)
+        if got is None:
+            cm = self.eng.contention
+            sh, hb = cm.shares(fps)
+            got = cache[key] = cm.factor(op, sh, hb)
+        return got
 
     def _arith_end(self, op, t0: float, work: float) -> float:
         """End of a kernel of `work` seconds started at t0 when only arithmetically timed
@@ -993,6 +1058,8 @@ class _StageRun:
     def _device_sync(self) -> bool:
         """torch.cuda.synchronize after a batched pipeline p2p: wait for every collective this rank
         has in flight (exposed time per kind). Returns True when blocked."""
+        t = self.clock    # what _live_state(t) drops: finished by now, nothing to wait for
+        self.live = [h for h in self.live if not (h.done and h.done_s <= t)]
         for h in list(self._outstanding()):
             if h.fast:
                 self._fast_wait(h, h.op)
@@ -1079,7 +1146,10 @@ class _StageRun:
         self.clock = eng._now
         self.step()
 
-    def _issue_fast(self, op, rc=None) -> Handle:
+    def _issue_fast(self, op, rc=None, track: bool = True) -> Handle:
+        """An arithmetically timed op (start and end known now). track=False: a blocking op waited at
+        once; the compute stream idles until its end, so no kernel of this rank runs beside it and
+        every later _live_state query (at the stage clock, never before its end) would drop it."""
         eng = self.eng
         info = eng._fast_info.get((self.stage, id(op)))
         if info is None:
@@ -1095,18 +1165,22 @@ class _StageRun:
                 eng._est_cache[key] = est
             fp = eng.footprint(self.stage, op, groups, est) if eng.contention is not None else None
             # the op object lives as long as the workload (kept in the value), so its id stays unique
-            info = eng._fast_info[(self.stage, id(op))] = (est, len(groups[0]) if groups else 1, fp, op)
-        est, gsize, fp = info[0], info[1], info[2]
-        free = self.fast_free.get(op.group, 0.0)
-        start = free if free > self.clock else self.clock
+            info = eng._fast_info[(self.stage, id(op))] = (est, len(groups[0]) if groups else 1, fp, op,
+                                                           int(op.size_bytes))
+        est, gsize, fp, _, size = info
+        g = op.group
+        free = self.fast_free.get(g, 0.0)
+        clock = self.clock
+        start = free if free > clock else clock
         done = start + est
-        self.fast_free[op.group] = done
+        self.fast_free[g] = done
         eng.bypassed += 1
-        h = Handle(kind=op.group, name=op.name, start_s=start, done_s=done, done=True, fast=True, op=op,
-                   stage=self.stage, collective=op.collective, size_bytes=int(op.size_bytes),
-                   group_size=gsize)
+        # positional (hundreds of thousands per run): kind, name, start_s, done_s, done, waiters, rdv_s,
+        # fast, op, owner, fp, stage, collective, size_bytes, group_size
+        h = Handle(g, op.name, start, done, True, [], math.nan, True, op, None, None, self.stage,
+                   op.collective, size, gsize)
         eng.comm_log.append(h)
-        if fp is not None:
+        if fp is not None and track:
             self._track(h, fp)
         if self.record:
             row, col = rc if rc is not None else (eng.row_key(op), column_of(op))
@@ -1258,6 +1332,57 @@ class _StageRun:
             h = eng._avail[key] = Handle(kind="pp", name=f"{key[0]} vs{vs} mb{mb}")
         return h
 
+    def _compute_run(self, seg_no: int) -> None:
+        """The compute kernels following self.idx in the current op list, up to the first
+        communication op, the first op a pending handle waits for, or the first kernel that would
+        not run at full speed (_contended); exactly step()'s per-op arithmetic, in the same order,
+        on local variables (no tracing). Stops before such an op with its launch cost charged
+        (prepped) when the host model is on."""
+        ops, durs = self.ops, self.durs
+        nops = len(ops)
+        idx = self.idx
+        if idx >= nops or ops[idx].is_comm:
+            return
+        eng = self.eng
+        stats = self.stats
+        pending = self.pending
+        hm = eng.host
+        cm = eng.contention
+        rows = self.rows if self.record else None
+        layers = eng.layers
+        factor = self.factor
+        slow = factor != 1.0
+        if hm is not None:
+            per_kernel, gap = hm.host_per_kernel_s, hm.kernel_gap_s
+        clock, host, comp, ovh, lag = self.clock, self.host, stats.compute_s, stats.overhead_s, self.lag
+        while idx < nops:
+            op = ops[idx]
+            if op.is_comm or (pending and op.name in pending):
+                break
+            dur = durs[idx]
+            if hm is not None:
+                host = host + per_kernel
+                t = (clock if clock >= host else host) + gap
+                if t > clock:
+                    ovh += t - clock
+                    clock = t
+            if cm is not None and self.live and not (
+                    self.ntrack == self.q_ntrack and self.q_t <= clock < self.q_nxt
+                    and clock + dur <= self.q_nxt) and self._contended(clock, dur) is not None:
+                if hm is not None:
+                    self.prepped_seg, self.prepped_idx = seg_no, idx
+                break
+            if rows is not None:
+                row, col = rows[idx]
+                layers[row].compute_s[col] += dur
+            clock += dur
+            comp += dur
+            if slow:
+                lag += dur - dur / factor
+            idx += 1
+        self.clock, self.host, stats.compute_s, stats.overhead_s, self.lag = clock, host, comp, ovh, lag
+        self.idx = idx
+
     def step(self) -> None:
         """Run as far as possible from engine time; re-entered by events."""
         eng = self.eng
@@ -1351,8 +1476,8 @@ class _StageRun:
                         self.clock = t
                 if not op.is_comm:
                     dur = durs[idx]
-                    if cm is not None and self.live:
-                        fps, nxt, pending_event = self._live_state(self.clock)
+                    if cm is not None and self.live and (got := self._contended(self.clock, dur)) is not None:
+                        fps, nxt, pending_event = got
                         if pending_event:
                             # event-driven communication may start or end during the kernel: run it
                             # at engine time and re-time it when the communication changes
@@ -1375,6 +1500,8 @@ class _StageRun:
                     if slow:
                         self.lag += dur - dur / self.factor
                     self.idx = idx + 1
+                    if not tracing:
+                        self._compute_run(seg_no)
                     continue
                 if self.lag and op.group in _LOCKSTEP_KINDS:
                     self._charge_lag(op)
@@ -1382,7 +1509,7 @@ class _StageRun:
                 if ((g in fast_kinds) if fast_kinds is not None else (g not in _CROSS_STAGE and g != "pp")) and (
                         (stream := streams.get(g)) is None or (not stream.busy and not stream.queue)):
                     rc = self.rows[self.idx] if self.record else None
-                    h = self._issue_fast(op, rc)
+                    h = self._issue_fast(op, rc, not op.blocking)
                     self.idx += 1
                     if op.blocking:
                         self._fast_wait(h, op, rc)

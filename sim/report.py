@@ -17,12 +17,13 @@ import math
 import os
 import shutil
 import tempfile
-from operator import itemgetter
+from itertools import compress
 from pathlib import Path
 
 from netsim.api import bus_factor
 from sim.engine import _CROSS_STAGE
 from sim.errors import SimError
+from sim.fastpath import no_cyclic_gc
 from sim.outpath import check_parents_writable
 from workload_gen.limits import MAX_WORLD_SIZE
 
@@ -168,25 +169,35 @@ def trace_json(rep, ranks=None, links: int = TRACE_LINKS) -> str:
     """The text of trace.json (compact JSON; chrome_trace is its parsed form). Slices are written as
     text as they are made (no dict per slice): a slice's fixed head (pid, tid, name, cat) and its
     argument dicts, shared by many slices, are encoded once each."""
-    return "".join(_trace_parts(rep, ranks, links))
+    return b"".join(_trace_parts(rep, ranks, links)).decode("utf-8")
 
 
-def write_trace_json(path: Path, rep, ranks=None, links: int = TRACE_LINKS) -> None:
-    """trace_json(rep, ranks, links) written to `path` in pieces (no second copy of a 10^7-byte text)."""
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.writelines(_trace_parts(rep, ranks, links))
+def write_trace_json(path: Path, rep, ranks=None, links: int = TRACE_LINKS, columns=None) -> None:
+    """trace_json(rep, ranks, links) written to `path` in pieces (no second copy of a 10^7-byte text).
+    columns: sim.trace_text.trace_columns(rep.trace) when the caller made them already."""
+    with open(path, "wb") as fh:
+        fh.writelines(_trace_parts(rep, ranks, links, columns))
 
 
-def _trace_parts(rep, ranks, links: int) -> list[str]:
+def _trace_parts(rep, ranks, links: int, columns=None) -> list[bytes]:
+    """The UTF-8 text of trace.json in pieces (concatenated: the file): the events' texts with "," between."""
     from sim.trace_text import encode_events
-    events, other = _trace_events(rep, ranks, links)
-    return ['{"traceEvents":[', ",".join(encode_events(events)),
-            '],"displayTimeUnit":"ms","otherData":' + json.dumps(other, separators=(",", ":")) + "}"]
+    events, other = _trace_events(rep, ranks, links, columns)
+    parts = [b'{"traceEvents":[']
+    for k, text in enumerate(encode_events(events)):
+        if k:
+            parts.append(b",")
+        parts.append(text if type(text) is bytes else text.encode("utf-8"))
+    parts.append(('],"displayTimeUnit":"ms","otherData":' + json.dumps(other, separators=(",", ":")) + "}")
+                 .encode("utf-8"))
+    return parts
 
 
-def _trace_events(rep, ranks, links: int) -> tuple[list, dict]:
-    """(events, otherData) of trace_json: events are JSON text (the stage view's slices) or dicts."""
-    from sim.trace_text import encode, slice_head, slice_ns, slice_texts
+def _trace_events(rep, ranks, links: int, columns=None) -> tuple[list, dict]:
+    """(events, otherData) of trace_json: events are JSON text (str; the stage view's slices: UTF-8
+    bytes) or dicts.
+    columns: trace_columns(rep.trace), made here when not given."""
+    from sim.trace_text import ArgsText, encode, slice_head, slice_ns, slice_texts, trace_columns
     stages = _trace_stages(rep, ranks)
     if ranks is not None and getattr(rep, "placement", None) is not None:
         return _ranks_trace(rep, ranks, links)
@@ -217,18 +228,23 @@ def _trace_events(rep, ranks, links: int) -> tuple[list, dict]:
     trace = rep.trace
     if len(shown) < len(rep.rep_ranks):
         trace = [ev for ev in trace if ev[0] in shown]
+        columns = None
+    n = len(trace)
     args_col = [ev[6] if len(ev) > 6 else None for ev in trace]
-    ts_ns, dur_ns = slice_ns(trace)
+    arg_ids = list(map(id, args_col))
+    if columns is None:
+        columns = trace_columns(trace)
+    ts_ns, dur_ns = slice_ns(start=columns.start_s, dur=columns.dur_s)
     # the slices' text is made column-wise (sim.trace_text); what depends on event order is placed
     # here: a stream's thread metadata before its first slice (tids in order of first appearance), a
     # pipeline send's receive slice and flow arrow after it, cross-stage collectives' members
+    first_of_key = columns.first_of_key
     first: dict[tuple[int, str], int] = {}
-    for i, k in enumerate(map(itemgetter(0, 1), trace)):
-        if k not in first:
-            first[k] = i
-    distinct = {id(a): a for a in args_col if a}
+    for (stage, thread, _name, _cat), i in first_of_key.items():
+        first.setdefault((stage, thread), i)
+    distinct = {k: a for k, a in dict(zip(arg_ids, args_col)).items() if a}
     marked = {k for k, a in distinct.items() if a.get("group") in _CROSS_STAGE or a.get("peer_stage", -1) >= 0}
-    special = {i for i, k in enumerate(map(id, args_col)) if k in marked and trace[i][5] == "comm"}
+    special = {i for i in compress(range(n), map(marked.__contains__, arg_ids)) if trace[i][5] == "comm"}
     before: dict[int, list] = {}
     after: dict[int, list] = {}
     flow_id = 0
@@ -260,17 +276,13 @@ def _trace_events(rep, ranks, links: int) -> tuple[list, dict]:
                 {"ph": "s", "id": flow_id, "pid": pid, "tid": tid, "ts": ts, "name": "pipeline send", "cat": "pp_flow"},
                 {"ph": "f", "bp": "e", "id": flow_id, "pid": rpid, "tid": rtid, "ts": ts, "name": "pipeline send",
                  "cat": "pp_flow"}])[1:-1])
-    head_of = {k: slice_head(rep_ranks[k[0]], tids[(rep_ranks[k[0]], k[1])], k[2], k[3])
-               for k in dict.fromkeys(map(itemgetter(0, 1, 2, 5), trace))}
-    slices = slice_texts(trace, args_col, head_of, ts_ns, dur_ns)
-    prev = 0
-    for i in sorted(before.keys() | after.keys()):
-        events.extend(slices[prev:i])
-        events.extend(before.get(i, ()))
-        events.append(slices[i])
-        events.extend(after.get(i, ()))
-        prev = i + 1
-    events.extend(slices[prev:])
+    head_of = {i: slice_head(rep_ranks[stage], tids[(rep_ranks[stage], thread)], name, cat)
+               for (stage, thread, name, cat), i in first_of_key.items()}
+    args_text = ArgsText()
+    tails = {k: f',"args":{args_text(a)}}}' for k, a in distinct.items()}
+    events.extend(slice_texts(columns.firsts.tolist(), arg_ids, tails, head_of, ts_ns, dur_ns,
+                              {i: ",".join(t) for i, t in before.items()},
+                              {i: ",".join(t) for i, t in after.items()}))
     pipeline_flows = flow_id
     tail: list = []      # every event is text (trace_text.encode_events passes it through)
     flow_id = _collective_flows(tail, members, flow_id)
@@ -556,6 +568,10 @@ def write_results(rep, out_dir: str | Path, run_name: str = "clustersim", charts
         _trace_stages(rep, trace_ranks)      # a bad rank fails before anything is written
 
     def write(tmp: Path) -> None:
+        with no_cyclic_gc():    # 10^5 slices' keys and texts: collections would re-scan the whole report
+            write_files(tmp)
+
+    def write_files(tmp: Path) -> None:
         from sim.html.run_report import breakdown_chart, run_html, timeline_chart
         data = rep.to_dict()
         if extra:
@@ -564,10 +580,12 @@ def write_results(rep, out_dir: str | Path, run_name: str = "clustersim", charts
         (tmp / "summary.json").write_text(json.dumps(data, indent=2, default=_json_default) + "\n")
         (tmp / "summary.txt").write_text(format_summary(rep) + (f"\n{summary_tail}" if summary_tail else "") + "\n")
         (tmp / "EndToEnd.csv").write_text(end_to_end_csv(rep, run_name))
+        from sim.trace_text import trace_columns
+        columns = trace_columns(rep.trace) if rep.trace else None   # shared by trace.json and the timeline
         if trace and rep.trace:
-            write_trace_json(tmp / "trace.json", rep, trace_ranks, trace_links)
+            write_trace_json(tmp / "trace.json", rep, trace_ranks, trace_links, columns)
         # the report's charts, made once: report.html embeds them and --charts svg writes them as files
-        html_charts = {"breakdown": breakdown_chart(rep), "timeline": timeline_chart(rep)}
+        html_charts = {"breakdown": breakdown_chart(rep), "timeline": timeline_chart(rep, columns=columns)}
         if fmt == "svg":
             write_svg_charts(rep, tmp, html_charts)
         elif fmt == "png":

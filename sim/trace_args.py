@@ -60,23 +60,34 @@ def annotate(trace: list, times: dict, sources: dict, engine, backend) -> list:
             cache[key] = got
         return got
 
+    # a ref's kind is its type's: is_comm is a class attribute of workload ops and engine handles lack
+    # it (getattr with a default would raise and catch an exception per entry, ~10^5 entries)
+    comm_type: dict[type, bool] = {}
     out = []
+    append = out.append
     for ev in trace:
-        ref = ev[6] if len(ev) > 6 else None
-        if ref is None:
-            args = _HOST if ev[5] == "overhead" else None
-        elif not getattr(ref, "is_comm", True):
-            args = kernel_args(ref)
-        elif ev[5] == "wait":   # one dict per operation waited for, shared (trace.json encodes it once)
-            key = ("w", ref.name, ref.kind)
-            args = cache.get(key)
-            if args is None:
-                args = cache[key] = {"waits_for": ref.name, "group": ref.kind}
-        elif ref.stage >= 0:
-            args = comm_args(ref)
+        if len(ev) == 7:
+            stage, thread, name, start, dur, cat, ref = ev
         else:
-            args = {"group": ref.kind}
-        out.append(ev[:6] + (args,))
+            (stage, thread, name, start, dur, cat), ref = ev[:6], (ev[6] if len(ev) > 6 else None)
+        if ref is None:
+            args = _HOST if cat == "overhead" else None
+        else:
+            comm = comm_type.get(type(ref))
+            if comm is None:
+                comm = comm_type[type(ref)] = getattr(ref, "is_comm", True)
+            if not comm:
+                args = cache.get(id(ref)) or kernel_args(ref)
+            elif cat == "wait":   # one dict per operation waited for, shared (trace.json encodes it once)
+                key = ("w", ref.name, ref.kind)
+                args = cache.get(key)
+                if args is None:
+                    args = cache[key] = {"waits_for": ref.name, "group": ref.kind}
+            elif ref.stage >= 0:
+                args = comm_args(ref)
+            else:
+                args = {"group": ref.kind}
+        append((stage, thread, name, start, dur, cat, args))
     return out
 
 

@@ -195,28 +195,6 @@ def _token_count(text: str) -> int:
     return int(round(v))
 
 
-def add_training_arguments(p) -> None:
-    """Flags of the time/cost/energy-to-train estimate (`clustersim run`, `compare`, `sweep`)."""
-    g = p.add_argument_group("time, cost and energy to train (any of these adds the estimate)")
-    g.add_argument("--cost-energy", action="store_const", const=True, default=None,
-                   help="add cost, energy and goodput with the shipped tables (any flag below does too)")
-    g.add_argument("--train-tokens", help="token budget, e.g. 2e12 or 15T: iterations, days, $ and MWh to train")
-    g.add_argument("--mtbf-file", help="failure and checkpoint model YAML (default: sim/data/failures.yaml)")
-    g.add_argument("--power-file", help="power table YAML (default: sim/data/power.yaml)")
-    g.add_argument("--price-file", help="$/GPU-hour table YAML (default: sim/data/gpu_prices.yaml)")
-    g.add_argument("--checkpoint-interval", type=float, metavar="S",
-                   help="seconds of work between checkpoints (default: Daly's optimum)")
-    g.add_argument("--checkpoint-bytes", type=float, metavar="B",
-                   help="checkpoint size in bytes (default: parameters x bytes_per_param of the MTBF file)")
-
-
-_TRAIN_FLAGS = ("cost_energy", "train_tokens", "mtbf_file", "power_file", "price_file", "checkpoint_interval", "checkpoint_bytes")
-
-
-def training_wanted(args) -> bool:
-    return any(getattr(args, k, None) is not None for k in _TRAIN_FLAGS)
-
-
 def load_training_inputs(args) -> TrainingInputs:
     """Read the tables and check the flags (before the simulation, so a bad file fails at once)."""
     from sim.energy import load_power_table

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter, deque
 
 from topo.errors import TopoError
-from topo.model import DisjointSets, Topology, is_network_switch, tier_rank
+from topo.model import DisjointSets, Topology, direct_gpu_links, is_network_switch, tier_rank
 
 
 def validate(t: Topology, radix: int | dict[str, int] | None = None) -> list[str]:
@@ -202,6 +202,11 @@ def is_rail_optimized(t: Topology) -> bool:
     cache = getattr(t, "_cache", None)
     if cache is not None and "rail_optimized" in cache:
         return cache["rail_optimized"]
+    if isinstance(t, Topology) and direct_gpu_links(t)[2]:
+        got = _rail_optimized_direct(t)
+        if cache is not None:
+            cache["rail_optimized"] = got
+        return got
     by_tor: dict[int, set[int]] = {}
     servers_per_tor: dict[int, set[int]] = {}
     fast = isinstance(t, Topology)     # its tables read directly (rail_of, server_of, tors_of per GPU cost ~10 us)
@@ -220,6 +225,26 @@ def is_rail_optimized(t: Topology) -> bool:
     if cache is not None:
         cache["rail_optimized"] = got
     return got
+
+
+def _rail_optimized_direct(t: Topology) -> bool:
+    """is_rail_optimized when every GPU links straight to its ToRs (rail = local index): the same sets
+    counted over the (GPU, ToR) link arrays."""
+    import numpy as np
+    g, tor, _ = direct_gpu_links(t)
+    gps = t.gpus_per_server
+    n_tor = int(tor.max()) + 1
+
+    def distinct_per_tor(x: np.ndarray) -> np.ndarray:
+        k = int(x.max()) + 1
+        pairs = np.sort(tor * k + x)     # distinct (ToR, x) pairs: the first of each run (np.unique
+        first = np.ones(len(pairs), dtype=bool)          # would import numpy.ma)
+        first[1:] = pairs[1:] != pairs[:-1]
+        return np.bincount(pairs[first] // k, minlength=n_tor)
+
+    servers, rails = distinct_per_tor(g // gps), distinct_per_tor(g % gps)
+    multi = servers > 1
+    return bool(multi.any()) and bool((rails[multi] == 1).all())
 
 
 def _ratio(v: float) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from topo.errors import TopoError
 from topo.limits import ALLOW_HUGE_ENV, MAX_CABLES, MAX_NODES, over_limit
-from topo.model import Link, Node, Topology
+from topo.model import Link, LinkArrays, Node, Topology, link_maker
 
 
 @dataclass(frozen=True)
@@ -68,9 +68,19 @@ class FabricSpec:
 
 
 class _Builder:
+    """Nodes and links in build order; the per-link columns (Topology.link_arrays) are kept beside the
+    Link objects so that nobody loops over 10^5 links again to get them."""
+
     def __init__(self) -> None:
         self.nodes: list[Node] = []
         self.links: list[Link] = []
+        self._link = link_maker()
+        self.src: list[int] = []
+        self.dst: list[int] = []
+        self.bw: list[float] = []
+        self.lat: list[float] = []
+        self.er: list[float] = []
+        self.kind: list[str] = []
 
     def add(self, count: int, kind: str, tier: str) -> int:
         base = len(self.nodes)
@@ -79,8 +89,26 @@ class _Builder:
 
     def cable(self, a: int, b: int, rate: Rate, delay: Rate, kind: str, er: float) -> None:
         n = len(self.links)
-        self.links.append(Link(n, a, b, rate.value, delay.value, kind, er, rate.text, delay.text))
-        self.links.append(Link(n + 1, b, a, rate.value, delay.value, kind, er, rate.text, delay.text))
+        mk = self._link
+        self.links.append(mk(n, a, b, rate.value, delay.value, kind, er, rate.text, delay.text))
+        self.links.append(mk(n + 1, b, a, rate.value, delay.value, kind, er, rate.text, delay.text))
+        self.src += (a, b)
+        self.dst += (b, a)
+        self.bw += (rate.value, rate.value)
+        self.lat += (delay.value, delay.value)
+        self.er += (er, er)
+        self.kind += (kind, kind)
+
+    def topology(self, G: int, gps: int, gpu_type: str, dom: int, name: str, notes: list[str]) -> Topology:
+        import numpy as np
+        t = Topology(G, gps, gpu_type, dom, tuple(self.nodes), tuple(self.links), name=name, notes=tuple(notes))
+        n = len(self.links)
+        # the columns topo.model._link_arrays would read from the links (health: capacity_factor 1)
+        t._cache["link_arrays"] = LinkArrays(
+            np.fromiter(self.src, dtype=np.int64, count=n), np.fromiter(self.dst, dtype=np.int64, count=n),
+            np.fromiter(self.bw, dtype=np.float64, count=n), np.fromiter(self.lat, dtype=np.float64, count=n),
+            1.0 * (1.0 - np.fromiter(self.er, dtype=np.float64, count=n)), self.kind)
+        return t
 
 
 def _need(cond: bool, msg: str) -> None:
@@ -217,7 +245,7 @@ def _build_fabric(spec: FabricSpec, name: str) -> Topology:
         b.cable(a, p_, spec.asw_psw, spec.latency, "network", er)
     for p_, c, rate in psw_core:
         b.cable(p_, c, rate, spec.latency, "network", er)
-    return Topology(G, gps, spec.gpu_type, dom, tuple(b.nodes), tuple(b.links), name=name, notes=tuple(notes))
+    return b.topology(G, gps, spec.gpu_type, dom, name, notes)
 
 
 def _flag(spec: FabricSpec, field: str) -> str:

@@ -28,7 +28,14 @@ from array import array
 import numpy as np
 
 from topo.errors import TopoError
-from topo.model import Topology, is_network_switch, link_arrays_of
+from topo.model import (
+    Topology,
+    direct_gpu_links,
+    is_network_switch,
+    link_arrays_of,
+    link_kind_mask,
+    network_switch_mask,
+)
 
 _M64 = (1 << 64) - 1
 
@@ -43,6 +50,43 @@ def _mix(a: int, b: int, c: int, d: int) -> int:
     return h ^ (h >> 31)
 
 
+_C_A, _C_B, _C_C = (np.uint64(c) for c in (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9))
+_C_X, _C_MIX1, _C_MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def _mix_arr(a: np.ndarray, b: np.ndarray, c: np.ndarray, d: int) -> np.ndarray:
+    """_mix over arrays of non-negative ints (uint64: numpy's wrap-around is the mask to 64 bits)."""
+    h = (a.astype(np.uint64) * _C_A + b.astype(np.uint64) * _C_B + c.astype(np.uint64) * _C_C
+         + np.uint64((d * 0x27D4EB2F165667C5) & _M64))
+    h ^= h >> np.uint64(30)
+    h *= _C_MIX1
+    h ^= h >> np.uint64(27)
+    h *= _C_MIX2
+    return h ^ (h >> np.uint64(31))
+
+
+class _Grow:
+    """An int64 array appended to in blocks (capacity doubled when full)."""
+
+    __slots__ = ("buf", "n")
+
+    def __init__(self) -> None:
+        self.buf = np.zeros(1024, dtype=np.int64)
+        self.n = 0
+
+    def add(self, a: np.ndarray) -> None:
+        end = self.n + len(a)
+        if end > len(self.buf):
+            buf = np.zeros(max(2 * len(self.buf), end), dtype=np.int64)
+            buf[:self.n] = self.buf[:self.n]
+            self.buf = buf
+        self.buf[self.n:end] = a
+        self.n = end
+
+    def view(self) -> np.ndarray:
+        return self.buf[:self.n]
+
+
 class Router:
     """`Router(topology, pxn=False, rail_aligned=False).path(src_gpu, dst_gpu, flow_key=0) -> link ids`."""
 
@@ -54,7 +98,8 @@ class Router:
         self._rails_per_server = 0
         self._rail_list: list[int] | None = None    # rail_of per GPU, read on the first rail-aligned route
         n = len(t.nodes)
-        self._is_net = np.array([is_network_switch(x) for x in t.nodes], dtype=bool)
+        self._is_net = (network_switch_mask(t).copy() if isinstance(t, Topology)
+                        else np.array([is_network_switch(x) for x in t.nodes], dtype=bool))
         self._is_hostsw = [x.kind == "nvswitch" or x.tier == "pcie" for x in t.nodes]
         # compact index over network switches
         sw_ids = np.flatnonzero(self._is_net)
@@ -92,6 +137,9 @@ class Router:
         self._host_in: dict[int, dict[int, int]] = {}
         self._sw_down: dict[int, dict[int, int]] = {}
         self._comp = _host_components(t, self._is_hostsw)
+        self._rail_tab: tuple | None = None       # net_paths' per-GPU arrays, on first use
+        self._walk: tuple | None = None           # net_paths' next-hop tables (_walk_tables)
+        self._csr: tuple | None = None            # _out's link CSR, on first use
 
     # ---------------------------------------------------------------------------------------
     def path(self, src_gpu: int, dst_gpu: int, flow_key: int = 0) -> tuple[int, ...]:
@@ -182,9 +230,22 @@ class Router:
     def _hout(self, g: int) -> list[tuple[int, int]]:
         got = self._host_out.get(g)
         if got is None:
-            got = [(lk.id, lk.dst) for lk in self.topology.out_links(g) if self._is_hostsw[lk.dst]]
+            got = [(lid, d) for lid, d in self._out(g) if self._is_hostsw[d]]
             self._host_out[g] = got
         return got
+
+    def _out(self, node: int) -> list[tuple[int, int]]:
+        """(link id, peer) of every link out of a node in link id order: Topology.out_links without
+        building Link objects' adjacency (a CSR of the link columns, on first use)."""
+        csr = self._csr
+        if csr is None:
+            src = self._la.src
+            order = np.argsort(src, kind="stable")
+            ptr = np.searchsorted(src[order], np.arange(len(self._is_hostsw) + 1))
+            csr = self._csr = (ptr, order, self._la.dst[order])
+        ptr, ids, dst = csr
+        lo, hi = int(ptr[node]), int(ptr[node + 1])
+        return list(zip(ids[lo:hi].tolist(), dst[lo:hi].tolist()))
 
     def _hin(self, g: int) -> dict[int, int]:
         got = self._host_in.get(g)
@@ -194,8 +255,8 @@ class Router:
                 down = self._sw_down.get(sw)
                 if down is None:      # peer -> first link sw -> peer, once per host switch
                     down = self._sw_down[sw] = {}
-                    for lk in self.topology.out_links(sw):
-                        down.setdefault(lk.dst, lk.id)
+                    for lid, d in self._out(sw):
+                        down.setdefault(d, lid)
                 lid = down.get(g)
                 if lid is not None:
                     got.setdefault(sw, lid)
@@ -385,6 +446,123 @@ class Router:
         out.extend(suf)
         return tuple(out)
 
+    def rail_paths(self, src: np.ndarray, dst: np.ndarray) -> list[tuple[int, ...] | None] | None:
+        """path(a, b, key) of many same-rail GPU pairs at once (net_paths without flow keys: only the
+        D-mod-k routes of a rail-aligned router, which no key changes). Per pair the link ids, or None
+        where path() must be asked; None when the router is not rail-aligned or not of that kind."""
+        if not self.rail_aligned:
+            return None
+        got = self.net_paths(src, dst, None)
+        if got is None:
+            return None
+        sel, rows = got
+        out: list[tuple[int, ...] | None] = [None] * len(src)
+        for i, row in zip(sel.tolist(), rows.tolist()):
+            out[i] = tuple(x for x in row if x >= 0)
+        return out
+
+    def net_paths(self, src: np.ndarray, dst: np.ndarray,
+                  keys: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
+        """path(a, b, keys[i]) of many GPU pairs at once through the network, for a router without PXN
+        whose GPUs each have one link straight to a network switch (SimAI's fabrics), as array walks
+        towards each destination switch. Each multi-way choice is _net_path's: D-mod-k on the
+        destination endpoint for same-rail pairs of a rail-aligned router, else the per-switch hash of
+        the flow (_mix of (a, b, key, 7)), computed in uint64 arithmetic (the same bits as the Python
+        ints masked to 64 bits). keys None: only the D-mod-k pairs are answered.
+        Returns (indices of the pairs answered, their link ids: one row per pair in path order,
+        padded with -1 anywhere after the first link), or None when the router is not of that kind.
+        Pairs left to path(): several ports, one host component, no route, a == b."""
+        t = self.topology
+        if self.pxn or not self._paired or not isinstance(t, Topology):
+            return None
+        tab = self._rail_tab
+        if tab is None:
+            g_links, g_sw, _ = direct_gpu_links(t)
+            G = t.num_gpus
+            if not len(g_links):
+                return None
+            la = self._la
+            count = np.bincount(g_links, minlength=G)
+            first = np.full(G, -1, dtype=np.int64)
+            lids = np.flatnonzero((la.src < G) & self._is_net[la.dst])     # the links of direct_gpu_links
+            first[la.src[lids]] = lids
+            sw = np.full(G, -1, dtype=np.int64)
+            sw[g_links] = g_sw
+            rails = np.asarray(t.rails(), dtype=np.int64)
+            if not self._rails_per_server:
+                self._rails_per_server = 1 + max(int(rails[g]) for g in t.gpus_of_server(0))
+            tab = self._rail_tab = (count, first, sw, rails, np.asarray(self._comp, dtype=np.int64))
+        count, first, sw, rails, comp = tab
+        ok = ((count[src] == 1) & (count[dst] == 1) & (src != dst)
+              & ((comp[src] != comp[dst]) | (comp[src] < 0)))
+        dmk = rails[src] == rails[dst] if self.rail_aligned else np.zeros(len(src), dtype=bool)
+        if keys is None:
+            ok &= dmk
+        sel = np.flatnonzero(ok)
+        if not len(sel):
+            return sel, np.zeros((0, 2), dtype=np.int64)
+        a, b = src[sel], dst[sel]
+        dmk = dmk[sel]
+        endpoint = (b // t.gpus_per_server) * self._rails_per_server + rails[b]
+        h = None
+        if not dmk.all():
+            h = _mix_arr(a, b, np.asarray(keys, dtype=np.int64)[sel], 7)
+        idx = self._sw_index
+        x, y = idx[sw[a]], idx[sw[b]]
+        row, dist_all, ptr_all, nlid_all, ndst_all = self._walk_tables(sw[b])
+        m = len(self._sw_ids)
+        reach = dist_all[row * m + x] >= 0
+        cols: list[np.ndarray] = [first[a]]
+        div = np.ones(len(sel), dtype=np.int64)
+        cur = x.copy()
+        active = (cur != y) & reach
+        for _ in range(m + 1):      # each step gets one switch closer: at most m steps
+            if not active.any():
+                break
+            base = row * (m + 1) + cur
+            lo = ptr_all[base]
+            n = ptr_all[base + 1] - lo
+            multi = active & (n > 1)
+            n1 = np.maximum(n, 1)
+            by_dst = multi & dmk
+            lo = np.where(by_dst, lo + (endpoint // div) % n1, lo)      # D-mod-k
+            div = np.where(by_dst, div * n1, div)
+            if h is not None:
+                by_hash = multi & ~dmk
+                if by_hash.any():
+                    # per-switch hash of the flow: ((h ^ (x * C1)) * C2) mod 2**64, then >> 29
+                    hh = (h ^ (cur.astype(np.uint64) * _C_X)) * _C_MIX1
+                    pick = ((hh >> np.uint64(29)) % n1.astype(np.uint64)).astype(np.int64)
+                    lo = np.where(by_hash, lo + pick, lo)
+            at = np.where(active, lo, 0)
+            cols.append(np.where(active, nlid_all[at], -1))
+            cur = np.where(active, ndst_all[at], cur)
+            active = (cur != y) & reach
+        reach &= ~active
+        cols.append(first[b] ^ 1)     # paired cables: the reverse of link L is L ^ 1
+        rows = np.column_stack(cols)
+        return sel[reach], rows[reach]
+
+    def _walk_tables(self, d_sw: np.ndarray):
+        """(slot of each destination switch, and the _towards tables of every destination switch seen
+        so far, concatenated by slot: distances (m per slot), CSR pointers (m + 1 per slot, into the
+        concatenated next-hop links and switches)); tables are appended as new destinations come
+        (buffers grown by doubling)."""
+        got = self._walk
+        if got is None:
+            got = self._walk = (np.full(len(self._sw_index), -1, dtype=np.int64), _Grow(), _Grow(), _Grow(), _Grow())
+        slot, dist_all, ptr_all, nlid_all, ndst_all = got
+        new = sorted(set(d_sw[slot[d_sw] < 0].tolist()))     # (np.unique would import numpy.ma)
+        m1 = len(self._sw_ids) + 1
+        for d in new:
+            dist, ptr, nlid, ndst = self._towards(d)
+            slot[d] = ptr_all.n // m1
+            dist_all.add(np.frombuffer(dist, dtype=np.int64))
+            ptr_all.add(np.frombuffer(ptr, dtype=np.int64) + nlid_all.n)
+            nlid_all.add(np.frombuffer(nlid, dtype=np.int64))
+            ndst_all.add(np.frombuffer(ndst, dtype=np.int64))
+        return slot[d_sw], dist_all.view(), ptr_all.view(), nlid_all.view(), ndst_all.view()
+
     def _rail_endpoint(self, a: int, b: int) -> int:
         """Destination NIC endpoint index (server x rails + rail) when a and b share a rail, else -1."""
         t = self.topology
@@ -433,7 +611,7 @@ def _host_components(t: Topology, is_hostsw: list[bool]) -> list[int]:
     host_node = np.array(is_hostsw, dtype=bool)
     la = link_arrays_of(t)
     src, dst = la.src, la.dst
-    kind_ok = np.fromiter((k != "network" for k in la.kind), dtype=bool, count=len(la.kind))
+    kind_ok = ~link_kind_mask(t, "network")
     keep = kind_ok & inside[src] & inside[dst]
     src, dst = src[keep], dst[keep]
     label = np.arange(n, dtype=np.int64)

@@ -166,31 +166,36 @@ def _timeline_key(thread: str, cat: str) -> str | None:
     return report_group(kind)
 
 
-def timeline_chart(rep, max_elements: int = 20000) -> tuple | None:
+def timeline_chart(rep, max_elements: int = 20000, columns=None) -> tuple | None:
     """(SVG, legend entries, bars drawn, bars after merging, time up to which every bar is drawn) of the
     Gantt chart of each stage representative's streams (rep.trace); None without a trace. Slices of
     one stream and colour key closer than a pixel are merged (as sim.html.svg.gantt does), column-wise
-    with numpy: a trace holds up to ~10^5 slices."""
+    with numpy: a trace holds up to ~10^5 slices. columns: sim.trace_text.trace_columns(rep.trace) when
+    the caller made them already."""
     if not rep.trace:
         return None
     import numpy as np
-    trace = rep.trace
-    n = len(trace)
-    kinds = list(map(itemgetter(0, 1, 5), trace))           # (stage, thread, category) of each slice
-    code_of = {k: i for i, k in enumerate(dict.fromkeys(kinds))}
-    # a (stage, thread, colour key) group per kind; idle kinds (waits, host overhead) are the background
+
+    from sim.trace_text import trace_columns
+    cols = trace_columns(rep.trace) if columns is None else columns
+    # a (stage, thread, colour key) group per (stage, thread, category) in order of first appearance;
+    # idle kinds (waits, host overhead) are the background (-1)
     group_of: dict[tuple, int] = {}
-    kind_group = np.full(len(code_of), -1, dtype=np.int64)
-    for (stage, thread, cat), c in code_of.items():
-        key = _timeline_key(thread, cat)
-        if key is not None:
-            kind_group[c] = group_of.setdefault((stage, thread, key), len(group_of))
-    g = kind_group[np.fromiter(map(code_of.__getitem__, kinds), dtype=np.int64, count=n)]
-    start = np.fromiter(map(itemgetter(3), trace), dtype=np.float64, count=n)
-    dur = np.fromiter(map(itemgetter(4), trace), dtype=np.float64, count=n)
+    kind_group: dict[tuple, int] = {}
+    group_at_first = np.full(len(cols.firsts), -1, dtype=np.int64)    # index of a key's first entry -> group
+    for (stage, thread, _name, cat), i in cols.first_of_key.items():
+        grp = kind_group.get((stage, thread, cat))
+        if grp is None:
+            key = _timeline_key(thread, cat)
+            grp = kind_group[(stage, thread, cat)] = (-1 if key is None else
+                                                      group_of.setdefault((stage, thread, key), len(group_of)))
+        group_at_first[i] = grp
+    g = group_at_first[cols.firsts]
+    start, dur = cols.start_s, cols.dur_s
     keep = (g >= 0) & (dur > 0)
     g, start, end = g[keep], start[keep], start[keep] + dur[keep]
-    drawn = set(np.unique(g).tolist())       # groups with a slice of positive duration
+    # groups with a slice of positive duration (bincount: np.unique would import numpy.ma, ~10 ms)
+    drawn = set(np.flatnonzero(np.bincount(g, minlength=len(group_of))).tolist())
     # lanes: streams of each stage, compute first; bars in lane order, then key order (first seen), then time
     lanes = sorted({(st, th) for i, (st, th, _) in enumerate(group_of) if i in drawn},
                    key=lambda k: (k[0], k[1] != "compute", k[1]))

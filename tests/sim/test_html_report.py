@@ -495,3 +495,19 @@ def test_serve_search_report(tmp_path):
     assert _col(t, "qps_per_dollar") == [float(r["qps_per_dollar"]) for r in rows if r["qps_per_dollar"]]
     assert float(p.keys["best.qps_per_dollar"]) == float(summary["best"]["qps_per_dollar"])
     assert "QPS per dollar vs latency" in text and text.count("<svg ") == 1
+
+
+def test_escaping_is_html_escape_with_quotes():
+    """The report's and the topology drawing's escaping, written out, equal html.escape(text, quote=True)."""
+    import html
+    import random
+
+    from sim.html.page import esc
+    from topo.draw_svg import _esc
+    rng = random.Random(3)
+    alphabet = "&<>\"'a \u00e9;#x"
+    texts = ["", "&amp;", "<b title='x'>\"q\"</b>", 12, None, 1.5] + [
+        "".join(rng.choice(alphabet) for _ in range(rng.randrange(12))) for _ in range(500)]
+    for t in texts:
+        assert esc(t) == html.escape(str(t), quote=True)
+        assert _esc(str(t)) == html.escape(str(t), quote=True)

@@ -157,6 +157,33 @@ def test_default_run_imports_no_plotting_or_dataframes(shared_dir, tmp_path):
     assert {"breakdown.svg", "timeline.svg", "report.html", "trace.json"} <= {p.name for p in (tmp_path / "r").iterdir()}
 
 
+def test_plain_run_imports_no_cost_models_and_no_html_entities(shared_dir, tmp_path):
+    """A run without cost/energy flags imports none of the training-cost models (sim.train_flags holds
+    the flags), and the report escapes text without the html package (its entity table)."""
+    f = shared_dir / "data" / "simai_examples" / "microAllReduce.txt"
+    code = ("import sys; from sim.cli import main; "
+            f"rc = main(['run', '-w', {str(f)!r}, '-n', 'analytical', '-o', {str(tmp_path / 'r')!r}, '-q']); "
+            "print(rc, sorted(m for m in ('sim.train_cost', 'sim.energy', 'sim.goodput', 'sim.pricing', "
+            "'html.entities') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip().splitlines()[-1] == "0 []"
+    assert (tmp_path / "r" / "report.html").is_file()
+
+
+def test_run_parser_looks_the_version_up_only_when_asked(capsys):
+    """Building `run`'s parser does not read the installed distribution (importlib.metadata, ~15 ms);
+    --version before a command still prints it."""
+    from importlib.metadata import version
+    code = ("import sys; before = 'importlib.metadata' in sys.modules; from sim.cli import build_parser; "
+            "build_parser(['run']); print(before or 'importlib.metadata' not in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip().splitlines()[-1] == "True"
+    with pytest.raises(SystemExit) as exc:
+        main(["--version", "run"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == f"clustersim {version('clustersim')}\n"
+
+
 def test_trace_slices_are_the_engine_trace_rounded(tmp_path):
     """Every engine trace entry is one slice of trace.json, in order, written as json.dumps writes the
     dict {ph, pid, tid, name, cat, ts, dur[, args]} (both ends rounded to whole nanoseconds)."""

@@ -187,3 +187,64 @@ def test_pp_call_crossing_a_split_stage_pair_is_submitted_whole():
     assert not chans(17, 18) & split_chans
     local = eng._submitted(("pp", 17, 18, size), eng._pp_pairs(17, 18), "send", size, rep[17])
     assert local == [(rep[17], rep[18])]
+
+
+def _components_by_scan(planner, groups, collective, size):
+    """route_components by plain scans: components as the closure of 'shares a channel', signatures
+    with channels labelled in first-appearance order."""
+    from netsim.api import CollectiveRequest as Req
+    calls = [planner.call(Req(collective, g, size)) for g in groups]
+    chans = [set().union(*(f.channels.tolist() for f in c[3])) if c[3] else set() for c in calls]
+    seen, comps = set(), []
+    for i in range(len(groups)):
+        if i in seen:
+            continue
+        comp, todo = {i}, [i]
+        while todo:
+            a = todo.pop()
+            for b in range(len(groups)):
+                if b not in comp and chans[a] & chans[b]:
+                    comp.add(b)
+                    todo.append(b)
+        seen |= comp
+        comps.append(sorted(comp))
+    out = []
+    cap = planner.view.capacity_Bps
+    for comp in comps:
+        labels, sig = [], []
+        for i in comp:
+            c = calls[i]
+            sig.append((c[1], c[2], c[4], c[5], len(c[3])))
+            for f in c[3]:
+                lab = []
+                for ch in f.channels.tolist():
+                    if ch not in labels:
+                        labels.append(ch)
+                    lab.append(labels.index(ch))
+                sig.append((tuple(lab), tuple(f.weights.tolist()), f.frac, f.latency_s, f.cap_Bps, f.deps, f.after,
+                            f.nch, f.fill_stages, f.fill_chunk))
+        sig.append(tuple(float(cap[ch]) for ch in labels))
+        out.append((comp, tuple(sig), labels))
+    return out
+
+
+@pytest.mark.parametrize("fabric,collective,groups", [
+    ("dcn+", "all_reduce", [tuple(range(r, 256, 32)) for r in range(12)]),          # ECMP: colliding rings/trees
+    ("dcn+", "send", [(g, g + 128) for g in range(0, 64, 3)] + [(5, 40), (13, 40)]),  # shared access link
+    ("alibaba-hpn", "send", [(g, (g + 64) % 256) for g in range(0, 256, 5)]),        # dual-homed
+    ("spectrum-x", "send", [(g, g + 512) for g in range(0, 512, 7)]),                # over the spine
+])
+def test_route_components_equal_plain_scan(fabric, collective, groups):
+    import netsim
+    from sim.engine import fabric_channels, route_components
+    t = topo.build(fabric, gpus=1024 if fabric == "spectrum-x" else 256)
+    planner = netsim.make_backend("flow", t).planner
+    got = route_components(planner, groups, collective, 1 << 24)
+    want = _components_by_scan(planner, groups, collective, 1 << 24)
+    assert [(c, s, list(ch)) for c, s, ch in got] == want
+    assert any(len(c) > 1 for c, _, _ in got) or fabric in ("spectrum-x", "alibaba-hpn")
+    # fabric channels: both ends network switches
+    v = planner.view
+    for _, _, chans in got:
+        assert fabric_channels(planner, chans) == {ch for ch in chans if v.is_network_switch(int(v.ch_src[ch]))
+                                                   and v.is_network_switch(int(v.ch_dst[ch]))}
