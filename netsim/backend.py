@@ -201,10 +201,15 @@ class Planner:
                               tuple(r.hop_prop_s), r.switch_prop_s, r.line_up_Bps, tuple(r.weights.tolist())))
             if not ana.closed_form_applies(alg, op):
                 chans = [r.channels.tolist() for r in routed]
-                used = sorted(set().union(*chans))
-                rank = {c: i for i, c in enumerate(used)}
                 cap = self.capacity_list()
-                parts.append(tuple(tuple(map(rank.__getitem__, c)) for c in chans))
+                if len(chans) == 1:
+                    # one spec (a send): its channels are sorted and distinct, so their ranks are 0, 1, ...
+                    used = chans[0]
+                    parts.append((tuple(range(len(used))),))
+                else:
+                    used = sorted(set().union(*chans))
+                    rank = {c: i for i, c in enumerate(used)}
+                    parts.append(tuple(tuple(map(rank.__getitem__, c)) for c in chans))
                 parts.append(tuple(map(cap.__getitem__, used)))
             sig = tuple(parts)
             got = self._sig_ids.get(sig)

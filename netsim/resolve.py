@@ -96,8 +96,8 @@ class RoutedSpec:
     spec: FlowSpec
     channels: np.ndarray
     weights: np.ndarray
-    hop_class: list[str]
-    hop_prop_s: list[float]
+    hop_class: tuple[str, ...]      # tuples: immutable, and the garbage collector stops tracking them
+    hop_prop_s: tuple[float, ...]
     switch_prop_s: float
     line_up_Bps: float
 
@@ -143,8 +143,9 @@ def route_specs(view, specs: list[FlowSpec]) -> list[RoutedSpec]:
             got = _route_hops(view, specs[i], i)
         if cache is not None:
             cache[keys[i]] = got
-        out[i] = RoutedSpec(specs[i], got.channels, got.weights, got.hop_class, got.hop_prop_s,
-                            got.switch_prop_s, got.line_up_Bps)
+        # a fresh route already carries specs[i] (_route_hops, _route_ring_like_many): no copy
+        out[i] = got if got.spec is specs[i] else RoutedSpec(
+            specs[i], got.channels, got.weights, got.hop_class, got.hop_prop_s, got.switch_prop_s, got.line_up_Bps)
     return out
 
 
@@ -193,14 +194,31 @@ def _route_hops(view, spec: FlowSpec, spec_idx: int) -> RoutedSpec:
         ws.extend(pw if w == 1.0 else [w * x for x in pw])
         props.append(float(prop))
         classes.append(cls)
-    if chans:
+    if len(chans) <= SMALL_SPEC_CHANNELS:
+        uniq, wsum = _merge_small(chans, ws)
+    else:
         arr = np.asarray(chans, dtype=np.int64)
         uniq, inv = np.unique(arr, return_inverse=True)
         # per channel, the weights summed in hop order (as np.add.at does)
         wsum = np.bincount(inv.reshape(-1), weights=np.asarray(ws, dtype=np.float64), minlength=len(uniq))
-    else:
-        uniq, wsum = np.zeros(0, dtype=np.int64), np.zeros(0)
-    return RoutedSpec(spec, uniq, wsum, classes, props, switch_prop, line_up)
+    return RoutedSpec(spec, uniq, wsum, tuple(classes), tuple(props), switch_prop, line_up)
+
+
+# Up to this many channel uses, _route_hops merges them in plain Python: numpy's per-call overhead
+# (np.unique, np.bincount) dominates on the few channels of a point-to-point or small-group spec.
+SMALL_SPEC_CHANNELS = 64
+
+
+def _merge_small(chans: list[int], ws: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct channels, per channel the weights summed in use order) of a few channel
+    uses: what np.unique + np.bincount give (each sum starts at 0.0 and adds in order), as
+    int64 / float64 arrays."""
+    acc: dict[int, float] = {}
+    get = acc.get
+    for c, w in zip(chans, ws):
+        acc[c] = get(c, 0.0) + w
+    keys = sorted(acc)
+    return np.array(keys, dtype=np.int64), np.array([acc[k] for k in keys], dtype=np.float64)
 
 
 def _route_ring_like_many(view, items: list[tuple[FlowSpec, int]]) -> list[RoutedSpec | None]:
@@ -283,7 +301,8 @@ def _route_ring_like_many(view, items: list[tuple[FlowSpec, int]]) -> list[Route
                 wsum = counts.astype(np.float64)
             else:
                 wsum = np.bincount(inv.reshape(-1), weights=w, minlength=len(uniq))
-            out[j] = RoutedSpec(items[j][0], uniq, wsum, classes[o:o + n], props[o:o + n], 0.0, math.inf)
+            out[j] = RoutedSpec(items[j][0], uniq, wsum, tuple(classes[o:o + n]), tuple(props[o:o + n]), 0.0,
+                                math.inf)
         o += n
     return out
 

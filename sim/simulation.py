@@ -215,13 +215,12 @@ def simulate(workload, topology, *, gpu: str, network="flow", db=None, placement
     fast_path: on a contention-free backend, run the iteration arithmetically (sim.fastpath; same
     results) unless something needs the event engine; meta["engine"] says which ran and why.
     """
-    from contextlib import nullcontext
-
-    from sim.fastpath import no_cyclic_gc
+    from sim.fastpath import fewer_gc_passes, no_cyclic_gc
     analytical = (network if isinstance(network, str) else getattr(network, "kind", "")) == "analytical"
     # an analytical run builds 10^5 records and routes in about a second: the cyclic collector is paused
-    # (it would re-scan them all several times) and collects after the run; flow runs keep it (long runs)
-    with no_cyclic_gc() if analytical else nullcontext():
+    # (it would re-scan them all several times) and collects after the run; flow runs keep it, less often
+    # (long runs must still free their cyclic garbage)
+    with no_cyclic_gc() if analytical else fewer_gc_passes():
         return _simulate(workload, topology, gpu=gpu, network=network, db=db, placement=placement,
                          progress=progress, sampling=sampling, trace=trace, row_key=row_key,
                          network_options=network_options, net_calibration=net_calibration,

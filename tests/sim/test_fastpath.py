@@ -244,3 +244,16 @@ def test_no_cyclic_gc_restores_the_collector_state():
     with pytest.raises(ValueError), no_cyclic_gc():
         raise ValueError("x")
     assert gc.isenabled()
+
+
+def test_fewer_gc_passes_raises_the_threshold_and_restores_it_on_error():
+    import gc
+
+    from sim.fastpath import fewer_gc_passes
+    before = gc.get_threshold()
+    with pytest.raises(RuntimeError):
+        with fewer_gc_passes(12_345):
+            assert gc.get_threshold() == (12_345, *before[1:])
+            assert gc.isenabled()            # still collecting, only less often
+            raise RuntimeError("boom")
+    assert gc.get_threshold() == before
