@@ -63,39 +63,34 @@ class QuotientGroup(tuple):
         return obj
 
 
-def _fabric_mask(view, chans: list[int]) -> list[bool]:
-    sw, src, dst = view.is_network_switch, view.ch_src, view.ch_dst
-    return [bool(sw(int(src[c])) and sw(int(dst[c]))) for c in chans]
-
-
-def _signature(view, call) -> tuple:
+def _signature(planner, call) -> tuple:
     """What two groups must share to be copies (everything but the links themselves): the call's
     algorithm, protocol and timing terms; per flow its terms and the (weight, capacity) multiset on
     its links that are not switch-to-switch."""
     _gpus, alg, proto, flows, delay, mult, _one, _ob = call
-    cap = view.capacity_Bps
+    cap = planner.capacity_list()
+    fabric = planner.fabric_mask()
     sig = [alg, proto, delay, mult, len(flows)]
     for f in flows:
         chans = f.channels.tolist()
-        own = sorted((w, float(cap[c])) for c, w, fab in zip(chans, f.weights.tolist(), _fabric_mask(view, chans))
-                     if not fab)
+        own = sorted((w, cap[c]) for c, w in zip(chans, f.weights.tolist()) if not fabric[c])
         sig.append((f.frac, f.latency_s, f.cap_Bps, f.deps, f.after, f.nch, f.fill_stages, f.fill_chunk,
                     tuple(own)))
     return tuple(sig)
 
 
-def fold_flows(view, calls: list, rep: int) -> list:
+def fold_flows(fabric: list[bool], calls: list, rep: int) -> list:
     """Quotient flows of a class (`calls`: Planner.call results of its groups, `rep` the index of the
-    representative): flow i on the representative's own links with its weights, plus every
-    switch-to-switch link of any member's flow i with the members' weights summed."""
+    representative; `fabric`: Planner.fabric_mask()): flow i on the representative's own links with
+    its weights, plus every switch-to-switch link of any member's flow i with the members' weights
+    summed."""
     out = []
     for i, f in enumerate(calls[rep][3]):
         acc: dict = defaultdict(float)
         for k, c in enumerate(calls):      # member order: the sums do not depend on the representative
             g = c[3][i]
-            chans = g.channels.tolist()
-            for ch, w, fab in zip(chans, g.weights.tolist(), _fabric_mask(view, chans)):
-                if fab or k == rep:
+            for ch, w in zip(g.channels.tolist(), g.weights.tolist()):
+                if fabric[ch] or k == rep:
                     acc[ch] += w
         chans = np.fromiter(sorted(acc), dtype=np.int64, count=len(acc))
         weights = np.fromiter((acc[ch] for ch in chans.tolist()), dtype=np.float64, count=len(acc))
@@ -103,15 +98,14 @@ def fold_flows(view, calls: list, rep: int) -> list:
     return out
 
 
-def _own_links_disjoint(view, calls: list) -> bool:
+def _own_links_disjoint(fabric: list[bool], calls: list) -> bool:
     """No link other than switch-to-switch is used by two members (a NIC shared by two GPUs of
     different groups would be: such a class is not folded)."""
     seen: set = set()
     for c in calls:
         own = set()
         for f in c[3]:
-            chans = f.channels.tolist()
-            own.update(ch for ch, fab in zip(chans, _fabric_mask(view, chans)) if not fab)
+            own.update(ch for ch in f.channels.tolist() if not fabric[ch])
         if not seen.isdisjoint(own):
             return False
         seen |= own
@@ -127,16 +121,17 @@ def quotient_groups(planner, groups: list, collective: str, size: int, rep_gpu: 
     classes: dict = defaultdict(list)
     for i, c in enumerate(calls):
         if c[3]:
-            classes[_signature(planner.view, c)].append(i)
+            classes[_signature(planner, c)].append(i)
+    fabric = planner.fabric_mask()
     folded: dict = {}      # first member -> QuotientGroup of its class
     omitted: set = set()
     for members in classes.values():
         mc = [calls[m] for m in members]
-        if len(members) == 1 or not _own_links_disjoint(planner.view, mc):
+        if len(members) == 1 or not _own_links_disjoint(fabric, mc):
             continue
         rep = next((k for k, m in enumerate(members) if rep_gpu in groups[m]), 0)
         _gpus, alg, proto, _flows, delay, mult, _one, _ob = mc[rep]
-        plan = QuotientPlan(alg, proto, fold_flows(planner.view, mc, rep), delay, mult, len(members))
+        plan = QuotientPlan(alg, proto, fold_flows(fabric, mc, rep), delay, mult, len(members))
         folded[members[0]] = QuotientGroup(groups[members[rep]], plan)
         omitted.update(members[1:])
     out = []
