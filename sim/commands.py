@@ -578,6 +578,12 @@ def sweep_html_path(csv_path: Path) -> Path:
     return csv_path.with_suffix(".html") if csv_path.suffix.lower() == ".csv" else Path(f"{csv_path}.html")
 
 
+def _default_sigterm() -> None:
+    """Pool workers die on SIGTERM: the CLI's handler (raise Terminated) is for the parent only."""
+    import signal
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def cmd_sweep(args) -> int:
     base = _job_from_args(args)
     if not base["workload"] and not base["model"]:
@@ -609,8 +615,13 @@ def cmd_sweep(args) -> int:
         n = max(1, min(args.jobs or 1, len(jobs)))
         if n > 1:
             import multiprocessing as mp
-            with mp.get_context("fork").Pool(n) as pool:
+            # close + join: workers leave on their own once the queue is drained. The context manager's
+            # terminate() alone can kill a worker while it holds the task queue's lock, and an idle
+            # worker waiting on that lock then hangs the join (seen once under pytest-xdist).
+            with mp.get_context("fork").Pool(n, initializer=_default_sigterm) as pool:
                 rows = pool.map(_job_worker, jobs, chunksize=1)
+                pool.close()
+                pool.join()
         else:
             rows = [_job_worker(j) for j in jobs]
         mode = f"{n} local process(es)"
