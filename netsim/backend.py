@@ -11,6 +11,9 @@ import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import chain
+
+import numpy as np
 
 from netsim import analytical as ana
 from netsim.api import CollectiveRequest
@@ -26,9 +29,34 @@ from netsim.resolve import (
     finish,
     resolve,
     route_specs,
+    route_specs_many,
 )
-from netsim.schedules import GroupShape, build_specs, check_algorithm, group_shape, validate_request
+from netsim.schedules import (
+    FlowSpec,
+    GroupShape,
+    build_specs,
+    check_algorithm,
+    group_shape,
+    validate_request,
+)
 from netsim.topoview import ROUTINGS, TopoView
+
+# (op, algorithm) whose specs read of the group only its size and the sizes and positions of its units
+# (ring_order, nccl_trees): a group's specs are those of the canonical group of the same unit sizes
+# (GPU i = the i-th GPU of the units in order) with every GPU relabelled (Planner._build_specs)
+_RELABELLED = frozenset({("all_reduce", "ring"), ("all_gather", "ring"), ("reduce_scatter", "ring"),
+                         ("all_reduce", "tree")})
+
+
+def _pair_shape(view, gpus: tuple[int, ...]) -> GroupShape:
+    """group_shape of a group of two GPUs: one unit holding both (sorted), else one unit each in
+    group order."""
+    a, b = gpus
+    if view.unit_of(a) == view.unit_of(b):
+        servers = [[a, b] if a <= b else [b, a]]
+    else:
+        servers = [[a], [b]]
+    return GroupShape(gpus, servers, 1 if view.domain_of(a) == view.domain_of(b) else 2)
 
 
 @dataclass
@@ -106,22 +134,29 @@ class Planner:
         self._choice: dict[tuple, tuple[str, str]] = {}
         self._est_by_key: dict[tuple, float] = {}
         self._templates: dict[tuple, CollectivePlan] = {}
+        self._ckeys: dict[tuple, tuple] = {}        # choice_key by (op, algorithms, group)
+        self._spec_tmpl: dict[tuple, list] = {}     # _build_specs: canonical specs by (op, alg, unit sizes)
         self._cap_list: list[float] | None = None
+        self._quick: dict[tuple, tuple[float, str, str]] = {}     # analytical_s by quick_key
+        self._quick_sigs: dict[tuple, tuple | None] = {}         # _quick_signature by (op, alg, group)
+        self._quick_tmpl: dict[tuple, tuple] = {}                 # _quick_fields of canonical specs
         self._fabric: list[bool] | None = None
 
     def shape(self, gpus: tuple[int, ...]):
         got = self._shapes.get(gpus)
         if got is None:
-            shape = group_shape(self.view, gpus)
+            shape = _pair_shape(self.view, gpus) if len(gpus) == 2 else group_shape(self.view, gpus)
             got = (shape, ana.GroupFacts(self.view, shape))
             self._shapes[gpus] = got
         return got
 
-    def choose(self, req: CollectiveRequest):
-        """(gpus, shape, facts, algorithm, protocol) of a request: validated, 'auto' resolved to the
-        fastest candidate (analytical time; ties keep NCCL's order ring, tree, NVLS and LL, LL128, Simple)."""
+    def choose(self, req: CollectiveRequest, checked: bool = False):
+        """(gpus, shape, facts, algorithm, protocol) of a request: validated (unless `checked`: done
+        by the caller), 'auto' resolved to the fastest candidate (analytical time; ties keep NCCL's
+        order ring, tree, NVLS and LL, LL128, Simple)."""
         gpus = tuple(req.gpus)
-        validate_request(self.view, req.op, gpus, req.size_bytes)
+        if not checked:
+            validate_request(self.view, req.op, gpus, req.size_bytes)
         shape, facts = self.shape(gpus)
         check_algorithm(self.view, shape, req.op, req.algorithm)
         proto_req = parse_protocol(getattr(req, "protocol", "auto"))
@@ -176,11 +211,17 @@ class Planner:
         channels renumbered by rank over the schedule's channels (compact_flows), their weights and
         the capacities of those channels. All of these are in the key, and the planner's model,
         view and calibration are fixed, so an equal key gives bit-identical estimates (the flow
-        engine is deterministic)."""
-        shape, facts = self.shape(gpus)
-        return ((op, shape.n, tuple(len(s) for s in shape.servers), shape.domains, facts.b_nv, facts.b_net,
+        engine is deterministic). Memoised per (op, algorithms, group): choose, plan and estimate_s
+        of one group read it."""
+        ck = (op, algs, gpus)
+        got = self._ckeys.get(ck)
+        if got is None:
+            shape, facts = self.shape(gpus)
+            got = self._ckeys[ck] = (
+                (op, shape.n, tuple(len(s) for s in shape.servers), shape.domains, facts.b_nv, facts.b_net,
                  facts.units, facts.one_per_unit, facts.ll128_ok)
-                + tuple(self.route_signature(op, alg, gpus) for alg in algs))
+                + tuple([self.route_signature(op, alg, gpus) for alg in algs]))
+        return got
 
     def route_signature(self, op: str, alg: str, gpus: tuple[int, ...]) -> int:
         """Id of what the plans of (op, algorithm, group) read of its routed specs: per spec its fields
@@ -239,20 +280,85 @@ class Planner:
         """Routed specs of (op, algorithm, group), shared by its protocols (cached)."""
         routed = self._routed.get((op, alg, gpus))
         if routed is None:
-            specs = build_specs(self.shape(gpus)[0], op, alg, 1.0)
+            specs = self._build_specs(self.shape(gpus)[0], op, alg)
             routed = self._routed[(op, alg, gpus)] = route_specs(self.view, specs)
         return routed
 
-    def call(self, req: CollectiveRequest):
+    def _build_specs(self, shape: GroupShape, op: str, alg: str) -> list:
+        """build_specs(shape, op, alg, 1.0); for the (op, algorithm) of _RELABELLED, the canonical
+        group's specs (built once per unit sizes) with its GPUs relabelled: equal specs, without
+        rebuilding the rings and double binary trees of every translated group."""
+        if (op, alg) not in _RELABELLED or shape.n < 2:
+            return build_specs(shape, op, alg, 1.0)
+        sizes = tuple(len(s) for s in shape.servers)
+        tkey = (op, alg, sizes)
+        tmpl = self._spec_tmpl.get(tkey)
+        if tmpl is None:
+            canon, o = [], 0
+            for k in sizes:
+                canon.append(list(range(o, o + k)))
+                o += k
+            tmpl = self._spec_tmpl[tkey] = build_specs(GroupShape(tuple(range(o)), canon, shape.domains), op, alg, 1.0)
+        flat = [g for s in shape.servers for g in s]
+        return [FlowSpec([(flat[a], flat[b]) for a, b in t.hops], t.nbytes, t.steps, t.deps, t.weights, t.nvls,
+                         t.pxn, t.after, t.ring, t.lat_stages, t.share, t.fill) for t in tmpl]
+
+    def call_many(self, reqs) -> list[tuple]:
+        """[call(req) for req in reqs], with the specs of every candidate algorithm of the groups not
+        seen before built and routed together first (netsim.resolve.route_specs_many: one numpy
+        batch for many small groups, e.g. every pipeline send pair of a stage pair). The routes are
+        the ones call would compute one group at a time, so the results are the same; a bad request
+        raises the error call would (of several bad ones, the first invalid group or size is named
+        before any protocol error)."""
+        calls = self._calls
+        todo = [r for r in reqs if (r.op, tuple(r.gpus), float(r.size_bytes), r.algorithm,
+                                    getattr(r, "protocol", "auto")) not in calls]
+        checked = len(todo) > 1
+        if checked:
+            self._preroute(todo)     # validates every request not seen before
+        return [self.call(r, checked) for r in reqs]
+
+    def _preroute(self, reqs) -> None:
+        """Route the specs of every candidate algorithm of `reqs` (what choose and plan will read)
+        in one route_specs_many call, into the planner's route cache."""
+        keys: list[tuple] = []
+        spec_lists: list[list] = []
+        seen: set = set()
+        for req in reqs:
+            gpus = tuple(req.gpus)
+            validate_request(self.view, req.op, gpus, req.size_bytes)
+            if len(gpus) < 2:
+                continue
+            shape = self.shape(gpus)[0]
+            check_algorithm(self.view, shape, req.op, req.algorithm)
+            if req.op in ("send", "recv"):
+                algs = ("p2p",)
+            elif req.algorithm == "auto":
+                algs = ana.candidates(self.view, shape, req.op)
+            else:
+                algs = (req.algorithm,)
+            for alg in algs:
+                key = (req.op, alg, gpus)
+                if key in self._routed or key in seen:
+                    continue
+                seen.add(key)
+                keys.append(key)
+                spec_lists.append(self._build_specs(shape, req.op, alg))
+        if keys:
+            for key, routed in zip(keys, route_specs_many(self.view, spec_lists)):
+                self._routed[key] = routed
+
+    def call(self, req: CollectiveRequest, checked: bool = False):
         """(gpus, algorithm, protocol, flows, delay_s, lat_mult, one, one_bytes) of a request, cached per (op, group,
         size, requested algorithm and protocol): the validation, choice, routing and timing of a repeated
         call (every pipeline send of a stage pair, every micro-batch's collective) are done once.
         flows: resolved unit-size flows ([] for an empty call); one: the single dependency-free flow
-        when the schedule is just that (a point-to-point send), else None; one_bytes: its payload."""
+        when the schedule is just that (a point-to-point send), else None; one_bytes: its payload.
+        checked: the caller has validated the request (call_many)."""
         key = (req.op, tuple(req.gpus), float(req.size_bytes), req.algorithm, getattr(req, "protocol", "auto"))
         got = self._calls.get(key)
         if got is None:
-            gpus, _shape, _facts, alg, proto = self.choose(req)
+            gpus, _shape, _facts, alg, proto = self.choose(req, checked)
             size = float(req.size_bytes)
             flows, delay, mult = [], 0.0, 1.0
             if size > 0 and len(gpus) > 1:
@@ -324,8 +430,97 @@ class Planner:
         return t
 
     def analytical_s(self, req: CollectiveRequest) -> tuple[float, str, str]:
-        gpus, _shape, _facts, alg, proto = self.choose(req)
-        return self.estimate_s(req.op, alg, proto, gpus, float(req.size_bytes)), alg, proto
+        """(estimate s, algorithm, protocol) of a request. Requests with equal quick keys (quick_key)
+        share the answer without routing the later group."""
+        qk = self.quick_key(req)
+        if qk is not None:
+            got = self._quick.get(qk)
+            if got is not None:
+                return got
+        gpus, _shape, _facts, alg, proto = self.choose(req, qk is not None)
+        got = self.estimate_s(req.op, alg, proto, gpus, float(req.size_bytes)), alg, proto
+        if qk is not None:
+            self._quick[qk] = got
+        return got
+
+    def quick_key(self, req: CollectiveRequest) -> tuple | None:
+        """A key of an automatic-choice request (validated here) that fixes its analytical_s without
+        routing the group, or None (then analytical_s routes it). It holds the request's op and size,
+        the choice_key part of the group's shape and facts, the candidate algorithms and, per
+        candidate, _quick_signature: defined only when every candidate is timed by a closed form
+        (analytical.closed_form_s), which reads of a plan its shape and facts, the flows' count,
+        latencies, caps, payload shares and fill terms - functions of the spec fields and, per hop,
+        the link class and propagation latency (resolve.finish), which the signature keys
+        (TopoView.hop_keys). Equal keys give bit-identical estimates for every (algorithm,
+        protocol), hence the same choice and estimate."""
+        op, gpus = req.op, tuple(req.gpus)
+        validate_request(self.view, op, gpus, req.size_bytes)
+        shape, facts = self.shape(gpus)
+        check_algorithm(self.view, shape, op, req.algorithm)
+        if (req.algorithm != "auto" or parse_protocol(getattr(req, "protocol", "auto")) != "auto"
+                or op in ("send", "recv") or shape.n < 2):
+            return None
+        algs = ana.candidates(self.view, shape, op)
+        sigs = []
+        for alg in algs:
+            key = (op, alg, gpus)
+            sig = self._quick_sigs.get(key, False)
+            if sig is False:
+                sig = self._quick_sigs[key] = self._quick_signature(op, alg, gpus, shape)
+            if sig is None:
+                return None
+            sigs.append(sig)
+        return ((op, float(req.size_bytes), shape.n, tuple(len(s) for s in shape.servers), shape.domains,
+                 facts.b_nv, facts.b_net, facts.units, facts.one_per_unit, facts.ll128_ok, algs)
+                + tuple(sigs))
+
+    def _quick_signature(self, op: str, alg: str, gpus: tuple[int, ...], shape: GroupShape) -> tuple | None:
+        """The spec fields route_signature keys (no weights: the closed forms read none) and hop
+        counts of every spec of (op, algorithm, group), and the TopoView.hop_keys rows of all their
+        hops as bytes; None unless the algorithm has a closed form and every spec is an unweighted,
+        non-NVLS, non-PXN list of GPU pairs that hop_keys answers (the specs _route_ring_like_many
+        routes). For the (op, algorithm) of _RELABELLED the canonical specs' fields and hops
+        relabelled (what _build_specs gives), without building the group's specs."""
+        if not ana.closed_form_applies(alg, op) or not hasattr(self.view, "hop_keys"):
+            return None
+        if (op, alg) in _RELABELLED:
+            sizes = tuple(len(s) for s in shape.servers)
+            tk = (op, alg, sizes)
+            got = self._quick_tmpl.get(tk)
+            if got is None:
+                canon, o = [], 0
+                for k in sizes:
+                    canon.append(list(range(o, o + k)))
+                    o += k
+                got = self._quick_tmpl[tk] = self._quick_fields(
+                    build_specs(GroupShape(tuple(range(o)), canon, shape.domains), op, alg, 1.0))
+            fields, tsrc, tdst = got
+            if fields is None:
+                return None
+            flat = np.fromiter((g for s in shape.servers for g in s), dtype=np.int64, count=shape.n)
+            src, dst = flat[tsrc], flat[tdst]
+        else:
+            fields, src, dst = self._quick_fields(self._build_specs(shape, op, alg))
+            if fields is None:
+                return None
+        hk = self.view.hop_keys(src, dst)
+        return None if hk is None else (fields, hk.tobytes())
+
+    @staticmethod
+    def _quick_fields(specs: list) -> tuple:
+        """(spec fields and hop counts, sources, destinations of all hops) of specs _quick_signature
+        can key, else (None, None, None)."""
+        if not specs or not all(s.weights is None and not s.nvls and not s.pxn and s.hops for s in specs):
+            return None, None, None
+        total = sum(len(s.hops) for s in specs)
+        try:
+            flat = np.fromiter(chain.from_iterable(chain.from_iterable(s.hops for s in specs)), dtype=np.int64,
+                               count=2 * total).reshape(-1, 2)
+        except (TypeError, ValueError):         # ("up", gpu) / ("down", gpu) NVSwitch ports
+            return None, None, None
+        fields = tuple((len(s.hops), s.nbytes, s.steps, s.deps, s.after, s.ring, s.lat_stages, s.share, s.fill)
+                       for s in specs)
+        return fields, flat[:, 0].copy(), flat[:, 1].copy()
 
 
 class AnalyticalNetwork:

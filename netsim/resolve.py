@@ -149,6 +149,63 @@ def route_specs(view, specs: list[FlowSpec]) -> list[RoutedSpec]:
     return out
 
 
+# From this many hops of pairwise specs in one route_specs_many call, they are routed as one numpy
+# batch (_route_ring_like_many) whatever their length: the per-call overhead is paid once per batch.
+BATCH_MIN_HOPS = 32
+BATCH_MAX_HOPS = 1 << 15
+
+
+def route_specs_many(view, spec_lists: list[list[FlowSpec]]) -> list[list[RoutedSpec]]:
+    """[route_specs(view, specs) for specs in spec_lists] (the spec index of each spec is its
+    position in its list), with the unweighted, non-PXN specs of GPU pairs of every list - short
+    ones too, e.g. the one-hop specs of many point-to-point sends - routed in one batch
+    (_route_ring_like_many) when they hold BATCH_MIN_HOPS hops or more. Each route is the one
+    route_spec gives (the same channels, weights, classes and latencies; the view's cache is read
+    and filled by the same keys)."""
+    cache = getattr(view, "_routed_specs", None)
+    out: list[list[RoutedSpec | None]] = [[None] * len(specs) for specs in spec_lists]
+    pending: dict[tuple, list[tuple[int, int]]] = {}      # routing key -> (list, index) of specs to route
+    for j, specs in enumerate(spec_lists):
+        for i, spec in enumerate(specs):
+            key = (i, spec.pxn, tuple(spec.hops), None if spec.weights is None else tuple(spec.weights))
+            got = cache.get(key) if cache is not None else None
+            if got is not None:
+                out[j][i] = RoutedSpec(spec, got.channels, got.weights, got.hop_class, got.hop_prop_s,
+                                       got.switch_prop_s, got.line_up_Bps)
+                continue
+            at = pending.get(key)
+            if at is None:
+                pending[key] = [(j, i)]
+            else:
+                at.append((j, i))
+    batched = hasattr(view, "one_switch_hops")
+    batch = [key for key in pending if batched and key[3] is None and not key[1]]
+    fresh: dict[tuple, RoutedSpec | None] = {}
+    if batch and sum(len(key[2]) for key in batch) >= BATCH_MIN_HOPS:
+        # in chunks of at most BATCH_MAX_HOPS hops: the batch's arrays are a few words per hop and path link
+        lo = 0
+        while lo < len(batch):
+            hi, hops = lo, 0
+            while hi < len(batch) and (hi == lo or hops + len(batch[hi][2]) <= BATCH_MAX_HOPS):
+                hops += len(batch[hi][2])
+                hi += 1
+            items = [(spec_lists[j][i], i) for j, i in (pending[key][0] for key in batch[lo:hi])]
+            fresh.update(zip(batch[lo:hi], _route_ring_like_many(view, items)))
+            lo = hi
+    for key, at in pending.items():
+        j, i = at[0]
+        got = fresh.get(key)
+        if got is None:
+            got = _route_spec(view, spec_lists[j][i], i)
+        if cache is not None:
+            cache[key] = got
+        for j, i in at:
+            spec = spec_lists[j][i]
+            out[j][i] = got if got.spec is spec else RoutedSpec(
+                spec, got.channels, got.weights, got.hop_class, got.hop_prop_s, got.switch_prop_s, got.line_up_Bps)
+    return out
+
+
 def _ring_like(view, spec: FlowSpec) -> bool:
     """A spec _route_ring_like_many may take: unweighted, no PXN, more than 8 hops (shorter ones are
     routed faster hop by hop), on a view with batched routes."""
@@ -228,20 +285,34 @@ def _route_ring_like_many(view, items: list[tuple[FlowSpec, int]]) -> list[Route
     The same channels, weights, classes and latencies in the same order; the hops are rows of one
     channel matrix (-1 = none), read row by row. None for a spec with a switch-port hop (or none)."""
     out: list[RoutedSpec | None] = [None] * len(items)
-    pairs, take, hop_idx = [], [], []
-    for j, (spec, idx) in enumerate(items):
-        n = len(spec.hops)
-        try:
-            pairs.append(np.fromiter(chain.from_iterable(spec.hops), dtype=np.int64, count=2 * n))
-        except (TypeError, ValueError):      # ("up", gpu) / ("down", gpu) NVSwitch ports
-            continue
-        take.append(j)
-        hop_idx.append((idx * 1009 + np.arange(n, dtype=np.int64)) & 0x7FFFFFFF)   # ecmp_key(idx, h)
-    if not take:
+    lens = [len(spec.hops) for spec, _ in items]
+    total = sum(lens)
+    try:
+        flat = np.fromiter(chain.from_iterable(chain.from_iterable(spec.hops for spec, _ in items)),
+                           dtype=np.int64, count=2 * total)
+        take = list(range(len(items)))
+    except (TypeError, ValueError):          # ("up", gpu) / ("down", gpu) NVSwitch ports: spec by spec
+        pairs, take = [], []
+        for j, (spec, _idx) in enumerate(items):
+            try:
+                pairs.append(np.fromiter(chain.from_iterable(spec.hops), dtype=np.int64, count=2 * lens[j]))
+            except (TypeError, ValueError):
+                continue
+            take.append(j)
+        if not take:
+            return out
+        flat = np.concatenate(pairs)
+        lens = [lens[j] for j in take]
+        total = sum(lens)
+    if not total:
         return out
-    flat = np.concatenate(pairs).reshape(-1, 2)
+    flat = flat.reshape(-1, 2)
     src, dst = flat[:, 0], flat[:, 1]
-    keys = np.concatenate(hop_idx)
+    n_arr = np.array(lens, dtype=np.int64)
+    starts = np.cumsum(n_arr) - n_arr
+    # ecmp_key(idx, h) of hop h of each spec
+    keys = (np.repeat(np.array([items[j][1] for j in take], dtype=np.int64) * 1009 - starts, n_arr)
+            + np.arange(total, dtype=np.int64)) & 0x7FFFFFFF
     got = view.one_switch_hops(src, dst)
     if got is None:
         return out
@@ -285,24 +356,35 @@ def _route_ring_like_many(view, items: list[tuple[FlowSpec, int]]) -> list[Route
         wmat = np.ones((len(src), width), dtype=np.float64)
         for h, pw in weighted:
             wmat[h, :len(pw)] = pw
+    # per spec: its distinct channels (sorted) and per channel the weights of its uses summed in use
+    # order (row by row: hop order, then path order), for all specs at once: a stable sort by (spec,
+    # channel) keeps the use order inside each (spec, channel) run, and bincount adds in array order
+    r_at, c_at = np.nonzero(mat >= 0)                     # row-major: hop order, then path order
+    chans = mat[r_at, c_at]
+    spec_of = np.repeat(np.arange(len(take), dtype=np.int64), n_arr)[r_at]
+    order = np.argsort(spec_of * (int(chans.max(initial=0)) + 1) + chans, kind="stable")
+    chans, spec_of = chans[order], spec_of[order]
+    new = np.empty(len(chans), dtype=bool)
+    new[:1] = True
+    np.not_equal(chans[1:], chans[:-1], out=new[1:])
+    new[1:] |= spec_of[1:] != spec_of[:-1]
+    run = np.cumsum(new) - 1                              # (spec, channel) run of each use
+    uniq = chans[new]
+    w = None if wmat is None else wmat[r_at, c_at][order]
+    if w is None or (w == 1.0).all():
+        # unit weights: per channel its number of uses, what the weighted sum gives exactly
+        wsum = np.bincount(run).astype(np.float64)
+    else:
+        wsum = np.bincount(run, weights=w, minlength=len(uniq))
+    bounds = np.searchsorted(spec_of[new], np.arange(len(take) + 1)).tolist()
     props = prop.tolist()
     classes = cls.tolist()
     o = 0
-    for j, pair in zip(take, pairs):
-        n = len(pair) // 2
-        sub = mat[o:o + n]
-        used = sub >= 0
-        chans = sub[used]                   # row by row: hop order, then path order
-        if len(chans):
-            uniq, inv, counts = np.unique(chans, return_inverse=True, return_counts=True)
-            w = None if wmat is None else wmat[o:o + n][used]
-            if w is None or (w == 1.0).all():
-                # unit weights: per channel its number of uses, what the weighted sum gives exactly
-                wsum = counts.astype(np.float64)
-            else:
-                wsum = np.bincount(inv.reshape(-1), weights=w, minlength=len(uniq))
-            out[j] = RoutedSpec(items[j][0], uniq, wsum, tuple(classes[o:o + n]), tuple(props[o:o + n]), 0.0,
-                                math.inf)
+    for t, (j, n) in enumerate(zip(take, lens)):
+        a, b = bounds[t], bounds[t + 1]
+        if b > a:
+            out[j] = RoutedSpec(items[j][0], uniq[a:b].copy(), wsum[a:b].copy(), tuple(classes[o:o + n]),
+                                tuple(props[o:o + n]), 0.0, math.inf)
         o += n
     return out
 

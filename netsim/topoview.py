@@ -184,6 +184,7 @@ class TopoView:
         self._single_exit = None    # net_hops: per GPU, one channel into the network and no NIC
         self._unit_np = None        # _unit as an array, on first use
         self._kind_code = None      # _kind_codes, on first use
+        self._inner_uniform: bool | None = None     # hop_keys: switch-to-switch links all alike
         self._role_arr = None       # _roles, on first use
         self._gpu_ports = None      # _per_gpu_ports, on first use
 
@@ -471,6 +472,45 @@ class TopoView:
             code = np.maximum(code, np.where(valid[:, c], kind_code[safe[:, c]], 0))
         return cand[sel], rows, prop, _CLASS_BY_CODE[code]
 
+    def hop_keys(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray | None:
+        """Per GPU pair a row of numbers such that pairs with bit-equal rows get the same link class
+        and propagation latency from the batched routes (_route_ring_like_many: one_switch_hops,
+        else net_hops), without walking the network routes; None when some pair is neither of those
+        or the network's switch-to-switch links differ in latency or class. A one-switch pair's row
+        is (0, propagation, class code of its two links); a network pair's (1, first link's latency
+        and class code, number of links between, last link's latency and class code), those links
+        all of one latency and class: net_hops' sequential sum and class maximum are then functions
+        of the row. The channels are not keyed."""
+        got = self.one_switch_hops(src, dst)
+        router = self._routers.get(False)
+        if got is None or router is None:
+            return None
+        ok, l1, l2, prop, _cls = got
+        kind_code = self._one_switch[4]
+        out = np.zeros((len(src), 6), dtype=np.float64)
+        out[:, 1] = prop
+        out[:, 2] = kind_code[l1] * 3 + kind_code[l2]
+        rest = np.flatnonzero(~ok)
+        if not len(rest):
+            return out
+        inner = self._inner_uniform
+        if inner is None:
+            lids = router.inner_links()
+            lat, code = self.latency_s[lids], self._kind_codes()[lids]
+            inner = self._inner_uniform = bool(not len(lids) or ((lat == lat[0]).all() and (code == code[0]).all()))
+        if not inner:
+            return None
+        a, b = src[rest], dst[rest]
+        parts = router.net_hop_parts(a, b)
+        if parts is None:
+            return None
+        ok_net, first, last, dist = parts
+        if not (ok_net & (self._unit_arr()[a] != self._unit_arr()[b]) & self._one_port()[a]).all():
+            return None
+        lat, code = self.latency_s, self._kind_codes()
+        out[rest] = np.column_stack((np.ones(len(rest)), lat[first], code[first], dist, lat[last], code[last]))
+        return out
+
     def _group_bandwidths_arrays(self, gpus) -> tuple[float, float] | None:
         """group_bandwidths of a group whose GPUs all have NVLink and (group across units) one
         network port each, straight from per-GPU arrays: the same minima of the same values (NVLink:
@@ -610,6 +650,12 @@ class TopoView:
         got = self._group_bandwidths_arrays(gpus) if len(gpus) >= ARRAY_MIN_GROUP else None
         if got is not None:
             return got
+        if len(gpus) == 2 and gpus[0] != gpus[1]:
+            return self._pair_bandwidths(int(gpus[0]), int(gpus[1]))
+        return self._group_bandwidths_search(gpus)
+
+    def _group_bandwidths_search(self, gpus) -> tuple[float, float]:
+        """group_bandwidths GPU by GPU (any group)."""
         gpus = list(gpus)
         by_unit: dict[int, list[int]] = defaultdict(list)
         for g in gpus:
@@ -635,4 +681,33 @@ class TopoView:
                     continue
                 share = sum(self.capacity_Bps[c] / users[c] for c in chans)
                 b_net = min(b_net, share, first if first > 0 else math.inf)
+        return b_intra, b_net
+
+    def _pair_bandwidths(self, a: int, b: int) -> tuple[float, float]:
+        """group_bandwidths of two distinct GPUs (every send pair of a pipeline): the same values from
+        the same terms in the same order, without the general case's per-unit tables. A channel of
+        one GPU's exits is used by 2 group members when the other GPU exits through it too (exits
+        are distinct per GPU)."""
+        unit = self._unit
+        same = unit[a] == unit[b]
+        b_intra = math.inf
+        for g, peer in ((a, b), (b, a)):
+            nv = self.nvlink_out_Bps(g)
+            if nv <= 0.0:
+                if not same:
+                    continue
+                nv = min(self.capacity_Bps[c] for c in self.path(g, peer, 0))
+            b_intra = min(b_intra, nv)
+        if same:
+            return b_intra, math.inf
+        cap = self.capacity_Bps     # numpy scalars, as group_bandwidths sums (a zero share stays a float64)
+        ex = self._exits
+        ca, fa = ex.get(a) or self.exits(a)
+        cb, fb = ex.get(b) or self.exits(b)
+        b_net = math.inf
+        for chans, first, other in ((ca, fa, cb), (cb, fb, ca)):
+            if not chans:
+                continue
+            share = sum(cap[c] / 2 if c in other else cap[c] / 1 for c in chans)
+            b_net = min(b_net, share, first if first > 0 else math.inf)
         return b_intra, b_net

@@ -98,7 +98,6 @@ import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import chain
 
 from netsim.api import CollectiveRequest
 from sim.ep_symmetry import QUOTIENT_KINDS, QuotientGroup, quotient_groups, submit_quotient
@@ -150,6 +149,30 @@ class Handle:
     exposed_s: float = 0.0       # compute-stream wait charged to it as exposed communication
 
 
+class FastOp:
+    """What every execution of one arithmetically timed op of one stage shares (made once per op): its
+    idle-network time `est` (s), group size, contention footprint, and stage 0's layer row and column.
+
+    A blocking one that the run loop times without a Handle (_StageRun._compute_run) is logged in
+    Engine.comm_log as the tuple (FastOp, start_s, done_s, exposed_s)."""
+
+    __slots__ = ("op", "stage", "kind", "report_group", "est", "group_size", "size_bytes", "fp", "row", "col",
+                 "host_sync")
+
+    def __init__(self, op, stage: int, est: float, group_size: int, fp, row, col, host_sync: bool) -> None:
+        self.op = op                 # the CommOp (lives as long as the workload)
+        self.stage = stage
+        self.kind = op.group
+        self.report_group = report_group(op.group)
+        self.est = est
+        self.group_size = group_size
+        self.size_bytes = int(op.size_bytes)
+        self.fp = fp
+        self.row = row               # per-layer row key and column (None off stage 0)
+        self.col = col
+        self.host_sync = host_sync   # the host reads its result (sim.overheads: .item() after it)
+
+
 @dataclass
 class StageStats:
     compute_s: float = 0.0
@@ -185,7 +208,9 @@ class EngineResult:
     rep_ranks: list[int]
     bypassed: int = 0       # collectives timed by backend.estimate (isolated NVLink kinds)
     isolated: tuple = ()
-    comm_log: list = field(default_factory=list)   # Handles of every stage representative's communication
+    # every stage representative's communication in issue order: Handles, and (FastOp, start_s, done_s,
+    # exposed_s) tuples of blocking arithmetically timed ops (sim.simulation._collective_rows reads both)
+    comm_log: list = field(default_factory=list)
 
 
 @dataclass
@@ -253,7 +278,10 @@ class Engine:
         self.contention_free = getattr(backend, "kind", "") == "analytical"
         self._est_cache: dict = {}
         self._sub_cache: dict = {}
-        self._fast_info: dict = {}    # (stage, id(op)) -> (idle-network time, group size, footprint, op)
+        self._quotients = False       # a QuotientGroup was submitted (rule 5; _submitted sets it)
+        # pipeline sends' request lists per (pp, stage, peer stage, size), when the backend keeps no
+        # per-collective records: the tag (which names the send) is then read by nothing
+        self._send_reqs: dict | None = None if getattr(backend, "keep_records", True) else {}
         self.trace: list = []
         self.comm_log: list = []
         self.layers: dict = defaultdict(LayerStats)
@@ -425,6 +453,7 @@ class Engine:
                     hit = [g for i, g in enumerate(hit) if i in keep]
                     if key[0] in QUOTIENT_KINDS and len(hit) > 1:   # rule (5): sim.ep_symmetry
                         hit = quotient_groups(planner, hit, collective, size, rep_gpu)
+                        self._quotients = self._quotients or any(type(g) is QuotientGroup for g in hit)
             self._sub_cache[key] = hit
         return hit
 
@@ -515,6 +544,19 @@ class Engine:
             return set(shared)
         return set()
 
+    def _send_requests(self, h: Handle, key, pairs, size: int, rep_gpu: int) -> list:
+        """The requests of pipeline send `h` (est_key `key`) to submit; the list is shared by every send
+        of `key` when the backend records no tags (else each is tagged with its send's name)."""
+        cache = self._send_reqs
+        if cache is not None:
+            reqs = cache.get(key)
+            if reqs is None:
+                reqs = cache[key] = [CollectiveRequest("send", pair, size, tag="pp")
+                                     for pair in self._submitted(key, pairs, "send", size, rep_gpu)]
+            return reqs
+        return [CollectiveRequest("send", pair, size, tag=f"pp:{h.name}")
+                for pair in self._submitted(key, pairs, "send", size, rep_gpu)]
+
     def _bypass(self, handle: Handle, reqs, now: float, key=None) -> None:
         """Complete `handle` after the slowest of `reqs` on an idle network (backend.estimate).
         `reqs`: a list of requests or a function returning it (called only on a cache miss)."""
@@ -551,7 +593,7 @@ class Engine:
                 self._push(latest[0], self._finish, handle)
 
         self.comm_count += len(reqs)
-        if any(type(r.gpus) is QuotientGroup for r in reqs):    # rule (5): sim.ep_symmetry
+        if self._quotients and any(type(r.gpus) is QuotientGroup for r in reqs):    # rule (5): sim.ep_symmetry
             for r in reqs:
                 if type(r.gpus) is QuotientGroup:
                     submit_quotient(self.net, r, now, on_done)
@@ -726,7 +768,7 @@ def route_components(planner, groups: list, collective: str, size: int):
     isomorphic channel pattern; the channels' capacities) is equal for copies that finish at the
     same time when nothing else crosses them."""
     cap = planner.capacity_list()
-    calls = [planner.call(CollectiveRequest(collective, g, size)) for g in groups]
+    calls = planner.call_many([CollectiveRequest(collective, g, size) for g in groups])
     chans = [[f.channels.tolist() for f in c[3]] for c in calls]
     parent = list(range(len(groups)))
 
@@ -765,7 +807,7 @@ def route_components(planner, groups: list, collective: str, size: int):
                     labels.update(new)        # all new and distinct: labels n0, n0 + 1, ... as below
                     lab = tuple(new.values())
                 else:
-                    lab = tuple(labels.setdefault(ch, len(labels)) for ch in chs)
+                    lab = tuple([labels.setdefault(ch, len(labels)) for ch in chs])
                 sig.append((lab, tuple(f.weights.tolist()), f.frac, f.latency_s, f.cap_Bps, f.deps, f.after,
                             f.nch, f.fill_stages, f.fill_chunk))
         sig.append(tuple(map(cap.__getitem__, labels)))
@@ -894,6 +936,7 @@ class _StageRun:
         self.explicit_pp = False
         self.fast_free: dict[str, float] = {}   # kind -> end of the last arithmetically timed op
         self.seg_cache: dict = {}
+        self.opinfo: dict = {}     # id(CommOp) -> FastOp (the op object lives as long as the workload)
         self.durs: list = []
         self.rows = None
         # host issue model (sim.overheads) and communication in flight (sim.contention)
@@ -980,7 +1023,7 @@ class _StageRun:
             return 1.0
         # memo by identity: ops live as long as the workload and footprints are cached per engine
         # (Engine.footprint, _issue_fast, _send), and shares/factor read only them
-        key = (id(op), *map(id, fps))
+        key = (id(op), id(fps[0])) if len(fps) == 1 else (id(op), *map(id, fps))
         cache = self.eng._factor_cache
         got = cache.get(key)
         if got is None:
@@ -989,12 +1032,14 @@ class _StageRun:
             got = cache[key] = cm.factor(op, sh, hb)
         return got
 
-    def _arith_end(self, op, t0: float, work: float) -> float:
+    def _arith_end(self, op, t0: float, work: float, state=None) -> float:
         """End of a kernel of `work` seconds started at t0 when only arithmetically timed
-        communication (known start and end) can be in flight: piecewise constant slowdown."""
+        communication (known start and end) can be in flight: piecewise constant slowdown.
+        state: _live_state(t0) when the caller has it (nothing can change in between)."""
         t = t0
         for _ in range(10_000):
-            fps, nxt, _ = self._live_state(t)
+            fps, nxt, _ = state if state is not None else self._live_state(t)
+            state = None
             f = self._factor(op, fps)
             if t + work * f <= nxt:
                 return t + work * f
@@ -1060,7 +1105,7 @@ class _StageRun:
         has in flight (exposed time per kind). Returns True when blocked."""
         t = self.clock    # what _live_state(t) drops: finished by now, nothing to wait for
         self.live = [h for h in self.live if not (h.done and h.done_s <= t)]
-        for h in list(self._outstanding()):
+        for h in self._outstanding():
             if h.fast:
                 self._fast_wait(h, h.op)
                 continue
@@ -1070,14 +1115,11 @@ class _StageRun:
                     return True
         return False
 
-    def _outstanding(self):
-        """Every communication this rank may wait for at a device sync, each once."""
-        seen = set()
-        for h in chain(self.live, chain.from_iterable(self.pending.values()),
-                       (h for h, _ in list(self.seg_outstanding) + list(self.deferred)), self.sent_handles):
-            if id(h) not in seen:
-                seen.add(id(h))
-                yield h
+    def _outstanding(self) -> list:
+        """Every communication this rank may wait for at a device sync, each once (first place)."""
+        hs = (self.live + [h for w in self.pending.values() for h in w] + [h for h, _ in self.seg_outstanding]
+              + [h for h, _ in self.deferred] + self.sent_handles)
+        return list({id(h): h for h in hs}.values()) if len(hs) > 1 else hs
 
     def _segment_ops(self, seg):
         """(ops, durations, layer-row keys or None, explicit pipeline markers present)."""
@@ -1146,28 +1188,34 @@ class _StageRun:
         self.clock = eng._now
         self.step()
 
+    def _fast_op(self, op) -> FastOp:
+        """The FastOp of an arithmetically timed op of this stage (idle-network time of the slowest
+        submitted group, or of the representative's group on a contended backend)."""
+        eng = self.eng
+        groups = eng._groups_for(op.group, self.stage)
+        if not eng.contention_free and len(groups) != 1:
+            groups = groups[:1]
+        key = (op.group, self.stage, op.collective, int(op.size_bytes))
+        est = eng._est_cache.get(key)
+        if est is None:
+            reqs = [CollectiveRequest(op.collective, g, int(op.size_bytes), tag=f"{op.group}:{op.name}")
+                    for g in groups if len(g) > 1]
+            est = max((float(eng.net.estimate(r)) for r in reqs), default=0.0)
+            eng._est_cache[key] = est
+        fp = eng.footprint(self.stage, op, groups, est) if eng.contention is not None else None
+        row, col = (eng.row_key(op), column_of(op)) if self.record else (None, None)
+        host_sync = eng.host is not None and op.name.startswith(eng.host.host_sync_ops)
+        info = self.opinfo[id(op)] = FastOp(op, self.stage, est, len(groups[0]) if groups else 1, fp, row, col,
+                                            host_sync)
+        return info
+
     def _issue_fast(self, op, rc=None, track: bool = True) -> Handle:
         """An arithmetically timed op (start and end known now). track=False: a blocking op waited at
         once; the compute stream idles until its end, so no kernel of this rank runs beside it and
         every later _live_state query (at the stage clock, never before its end) would drop it."""
         eng = self.eng
-        info = eng._fast_info.get((self.stage, id(op)))
-        if info is None:
-            groups = eng._groups_for(op.group, self.stage)
-            if not eng.contention_free and len(groups) != 1:
-                groups = groups[:1]
-            key = (op.group, self.stage, op.collective, int(op.size_bytes))
-            est = eng._est_cache.get(key)
-            if est is None:
-                reqs = [CollectiveRequest(op.collective, g, int(op.size_bytes), tag=f"{op.group}:{op.name}")
-                        for g in groups if len(g) > 1]
-                est = max((float(eng.net.estimate(r)) for r in reqs), default=0.0)
-                eng._est_cache[key] = est
-            fp = eng.footprint(self.stage, op, groups, est) if eng.contention is not None else None
-            # the op object lives as long as the workload (kept in the value), so its id stays unique
-            info = eng._fast_info[(self.stage, id(op))] = (est, len(groups[0]) if groups else 1, fp, op,
-                                                           int(op.size_bytes))
-        est, gsize, fp, _, size = info
+        info = self.opinfo.get(id(op)) or self._fast_op(op)
+        est, gsize, fp = info.est, info.group_size, info.fp
         g = op.group
         free = self.fast_free.get(g, 0.0)
         clock = self.clock
@@ -1178,12 +1226,12 @@ class _StageRun:
         # positional (hundreds of thousands per run): kind, name, start_s, done_s, done, waiters, rdv_s,
         # fast, op, owner, fp, stage, collective, size_bytes, group_size
         h = Handle(g, op.name, start, done, True, [], math.nan, True, op, None, None, self.stage,
-                   op.collective, size, gsize)
+                   op.collective, info.size_bytes, gsize)
         eng.comm_log.append(h)
         if fp is not None and track:
             self._track(h, fp)
         if self.record:
-            row, col = rc if rc is not None else (eng.row_key(op), column_of(op))
+            row, col = rc if rc is not None else (info.row, info.col)
             st = eng.layers[row]
             st.comm_s[col] += est
             st.comm_bytes[col] += op.size_bytes
@@ -1309,9 +1357,7 @@ class _StageRun:
         rep_gpu = int(eng.pl.gpus[eng.rep_ranks[self.stage]])
 
         def make_reqs(h: Handle, t: float) -> None:
-            eng._submit_or_estimate(h, lambda: [CollectiveRequest("send", pair, size, tag=f"pp:{h.name}")
-                                                for pair in eng._submitted(est_key, pairs, "send", size, rep_gpu)],
-                                    t, est_key)
+            eng._submit_or_estimate(h, lambda: eng._send_requests(h, est_key, pairs, size, rep_gpu), t, est_key)
 
         eng._stream_issue(self, stream, handle, make_reqs)
 
@@ -1333,55 +1379,158 @@ class _StageRun:
         return h
 
     def _compute_run(self, seg_no: int) -> None:
-        """The compute kernels following self.idx in the current op list, up to the first
-        communication op, the first op a pending handle waits for, or the first kernel that would
-        not run at full speed (_contended); exactly step()'s per-op arithmetic, in the same order,
-        on local variables (no tracing). Stops before such an op with its launch cost charged
-        (prepped) when the host model is on."""
+        """The ops following self.idx in the current op list that need no event: compute kernels and
+        communication timed arithmetically (step()'s fast kinds on an idle stream), up to the first
+        other communication op, the first op waiting for an event-driven handle not yet done, or the
+        first kernel that event-driven communication may slow (_contended). Exactly step()'s per-op
+        arithmetic, in the same order, on local variables (no tracing); a blocking arithmetically
+        timed op is logged as a (FastOp, start_s, done_s, exposed_s) tuple, not a Handle. Stops
+        before an op with its launch cost charged (prepped) only at such a kernel."""
         ops, durs = self.ops, self.durs
         nops = len(ops)
         idx = self.idx
-        if idx >= nops or ops[idx].is_comm:
+        if idx >= nops:
             return
         eng = self.eng
+        hm = eng.host
+        if hm is not None:
+            if self.prepped_idx == idx and self.prepped_seg == seg_no:
+                return          # step() charged this op's launch; it goes on from there
+            per_kernel, gap = hm.host_per_kernel_s, hm.kernel_gap_s
         stats = self.stats
         pending = self.pending
-        hm = eng.host
         cm = eng.contention
-        rows = self.rows if self.record else None
+        record = self.record
+        rows = self.rows if record else None
         layers = eng.layers
         factor = self.factor
         slow = factor != 1.0
-        if hm is not None:
-            per_kernel, gap = hm.host_per_kernel_s, hm.kernel_gap_s
+        # step()'s test of an arithmetically timed kind (its stream must be idle too)
+        fast_kinds = None if eng.contention_free else (
+            eng.fast_kinds if self.segments[seg_no][0] in ("fwd", "bwd") else ())
+        streams = self.streams
+        opinfo = self.opinfo
+        fast_free = self.fast_free
+        log = eng.comm_log
+        exposed, exposed_kind = stats.exposed_s, stats.exposed_kind_s
+        nfast = 0
+        sync = self.pending_host_sync
         clock, host, comp, ovh, lag = self.clock, self.host, stats.compute_s, stats.overhead_s, self.lag
+        # contention: _contended's quiet-window test on locals, re-read after every call that may change
+        # it (_contended, _arith_end, _issue_fast)
+        watch = cm is not None
+        live, q_ok, q_t, q_nxt = self.live, self.ntrack == self.q_ntrack, self.q_t, self.q_nxt
         while idx < nops:
             op = ops[idx]
-            if op.is_comm or (pending and op.name in pending):
-                break
-            dur = durs[idx]
+            comm = op.is_comm
+            if comm:
+                g = op.group
+                if not ((g in fast_kinds) if fast_kinds is not None else (g not in _CROSS_STAGE and g != "pp")):
+                    break
+                stream = streams.get(g)
+                if stream is not None and (stream.busy or stream.queue):
+                    break
+            if pending:
+                waits = pending.get(op.name)
+                if waits:
+                    if not all(h.fast or h.done for h in waits):
+                        break
+                    if sync:
+                        if clock > host:
+                            host = clock
+                        sync = False
+                    self.clock = clock
+                    for h in waits:
+                        if h.fast:
+                            self._fast_wait(h, op)
+                    clock = self.clock
+                    del pending[op.name]
+            if sync:        # the host read a result (.item()): it catches up with the GPU
+                if clock > host:
+                    host = clock
+                sync = False
             if hm is not None:
                 host = host + per_kernel
-                t = (clock if clock >= host else host) + gap
+                t = clock if clock >= host else host
+                if not comm:
+                    t += gap
                 if t > clock:
                     ovh += t - clock
                     clock = t
-            if cm is not None and self.live and not (
-                    self.ntrack == self.q_ntrack and self.q_t <= clock < self.q_nxt
-                    and clock + dur <= self.q_nxt) and self._contended(clock, dur) is not None:
-                if hm is not None:
-                    self.prepped_seg, self.prepped_idx = seg_no, idx
-                break
-            if rows is not None:
-                row, col = rows[idx]
-                layers[row].compute_s[col] += dur
-            clock += dur
-            comp += dur
-            if slow:
-                lag += dur - dur / factor
+            if not comm:
+                dur = durs[idx]
+                if watch and live and not (q_ok and q_t <= clock < q_nxt and clock + dur <= q_nxt):
+                    got = self._contended(clock, dur)
+                    live, q_ok, q_t, q_nxt = self.live, self.ntrack == self.q_ntrack, self.q_t, self.q_nxt
+                    if got is not None:
+                        fps, nxt, pending_event = got
+                        if pending_event:       # step() runs it as an event
+                            if hm is not None:
+                                self.prepped_seg, self.prepped_idx = seg_no, idx
+                            break
+                        if fps or nxt < clock + dur:
+                            # only arithmetically timed communication beside it: step()'s _kernel_done
+                            t1 = self._arith_end(op, clock, dur, got)
+                            live = self.live
+                            if rows is not None:
+                                row, col = rows[idx]
+                                layers[row].compute_s[col] += t1 - clock
+                            comp += t1 - clock
+                            stats.slowdown_s += max(0.0, (t1 - clock) - dur)
+                            if slow:
+                                lag += dur - dur / factor
+                            clock = t1
+                            idx += 1
+                            continue
+                if rows is not None:
+                    row, col = rows[idx]
+                    layers[row].compute_s[col] += dur
+                clock += dur
+                comp += dur
+                if slow:
+                    lag += dur - dur / factor
+                idx += 1
+                continue
+            if lag and g in _LOCKSTEP_KINDS:
+                self.lag = lag
+                self._charge_lag(op)
+                lag = self.lag
+            if op.blocking:
+                # _issue_fast + _fast_wait without a Handle: nothing waits on it later
+                info = opinfo.get(id(op)) or self._fast_op(op)
+                est = info.est
+                free = fast_free.get(g, 0.0)
+                start = free if free > clock else clock
+                done = start + est
+                fast_free[g] = done
+                nfast += 1
+                if record:
+                    st = layers[info.row]
+                    col = info.col
+                    st.comm_s[col] += est
+                    st.comm_bytes[col] += op.size_bytes
+                    st.comm_kind[col] = (op.collective, info.group_size)
+                dt = done - clock
+                if dt > 0:
+                    exposed[info.report_group] += dt
+                    exposed_kind[g] = exposed_kind.get(g, 0.0) + dt
+                    if record:
+                        st.exposed_s[col] += dt
+                    clock = done
+                    log.append((info, start, done, dt))
+                else:
+                    log.append((info, start, done, 0.0))
+                if info.host_sync:
+                    sync = True
+            else:
+                self.clock = clock
+                self._hold(self._issue_fast(op, rows[idx] if rows is not None else None), op, self.segments[seg_no])
+                live, q_ok, q_t, q_nxt = self.live, self.ntrack == self.q_ntrack, self.q_t, self.q_nxt
             idx += 1
         self.clock, self.host, stats.compute_s, stats.overhead_s, self.lag = clock, host, comp, ovh, lag
         self.idx = idx
+        self.pending_host_sync = sync
+        eng.bypassed += nfast
 
     def step(self) -> None:
         """Run as far as possible from engine time; re-entered by events."""
@@ -1488,7 +1637,7 @@ class _StageRun:
                             self.comm_changed()
                             return
                         if fps or nxt < self.clock + dur:
-                            self._kernel_done(op, dur, self.clock, self._arith_end(op, self.clock, dur))
+                            self._kernel_done(op, dur, self.clock, self._arith_end(op, self.clock, dur, got))
                             continue
                     if tracing:
                         eng.trace.append((self.stage, "compute", op.name, self.clock, dur, op.phase, op))
@@ -1517,6 +1666,8 @@ class _StageRun:
                             self.pending_host_sync = True
                     else:
                         self._hold(h, op, seg)
+                    if not tracing:
+                        self._compute_run(seg_no)
                     continue
                 # communication: must be issued at the engine's current time
                 if self.clock > now:

@@ -58,29 +58,63 @@ class _NeedsEvents(Exception):
     """The arithmetic order cannot resolve this workload; the event engine must run it."""
 
 
-class _Rec:
-    """An arithmetically timed collective of a stage representative (the fields of sim.engine.Handle
-    that waits, the contention model and StepReport.collectives read)."""
+class _OpInfo:
+    """What every execution of one intra-stage collective op of one stage shares: its idle-network
+    time, group, contention footprint, and the fixed columns of its StepReport.collectives row."""
 
-    __slots__ = ("kind", "name", "op", "stage", "collective", "size_bytes", "group_size", "start_s", "done_s",
-                 "exposed_s", "fp")
+    __slots__ = ("est", "group_size", "fp", "kind", "name", "collective", "size_bytes", "op", "stage",
+                 "report_group", "layer_row", "column", "row", "host_sync", "thread", "wait_name")
+
+    def __init__(self, eng, stage: int, op, est: float, groups, fp, record: bool) -> None:
+        self.est = est
+        self.group_size = len(groups[0]) if groups else 1
+        self.fp = fp
+        self.kind = op.group
+        self.name = op.name
+        self.collective = op.collective
+        self.size_bytes = int(op.size_bytes)
+        self.op = op
+        self.stage = stage
+        self.report_group = report_group(op.group)
+        self.thread, self.wait_name = f"comm:{op.group}", f"wait {op.name}"     # its trace entries' texts
+        # a blocking op whose result the host reads (sim.overheads: .item() after it)
+        self.host_sync = eng.host is not None and op.name.startswith(eng.host.host_sync_ops)
+        # stage 0's per-layer row and column (exposed time is charged there)
+        self.layer_row = eng.row_key(op) if record else None
+        self.column = column_of(op) if record else None
+        # the row's fields in sim.simulation._collective_rows's order; the times follow (_rows)
+        self.row = {"stage": stage, "rank": eng.rep_ranks[stage], "group": op.group,
+                    "report_group": self.report_group, "name": op.name, "collective": op.collective,
+                    "size_bytes": self.size_bytes, "group_size": self.group_size, "peer_stage": None,
+                    "layer": eng.row_key(op), "phase": getattr(op, "phase", "pipeline"),
+                    "blocking": bool(op.blocking), "timing": "estimate"}
+
+
+class _Rec:
+    """An arithmetically timed collective of a stage representative: its times, its op's _OpInfo, and
+    the fields of sim.engine.Handle that the trace's arguments read (sim.trace_args), copied from it."""
+
+    __slots__ = ("info", "start_s", "done_s", "exposed_s", "fp", "kind", "name", "stage", "collective",
+                 "size_bytes", "group_size")
     fast = True
     done = True
     peer_stage = -1
     rdv_s = math.nan
 
-    def __init__(self, kind, name, op, stage, collective, size_bytes, group_size, start_s, done_s) -> None:
-        self.kind = kind
-        self.name = name
-        self.op = op
-        self.stage = stage
-        self.collective = collective
-        self.size_bytes = size_bytes
-        self.group_size = group_size
+    def __init__(self, info: _OpInfo, start_s: float, done_s: float) -> None:
+        self.info = info
         self.start_s = start_s
         self.done_s = done_s
         self.exposed_s = 0.0
         self.fp = None
+        self.kind = info.kind
+        self.name = info.name
+        self.stage = info.stage
+        self.collective = info.collective
+        self.size_bytes = info.size_bytes
+        self.group_size = info.group_size
+
+    op = property(lambda self: self.info.op)
 
 
 class _Stage:
@@ -164,18 +198,20 @@ class FastRun:
         return (d == "fwd" and vs < self.eng.p * self.eng.v - 1) or (d == "bwd" and vs > 0)
 
     # ---------------- waits ----------------
-    def _fast_wait(self, st: _Stage, h: Handle) -> None:
+    def _fast_wait(self, st: _Stage, h: _Rec) -> None:
         dt = h.done_s - st.clock
         if dt <= 0:
             return
+        info = h.info
         stats = st.stats
-        stats.exposed_s[report_group(h.kind)] += dt
-        stats.exposed_kind_s[h.kind] = stats.exposed_kind_s.get(h.kind, 0.0) + dt
+        stats.exposed_s[info.report_group] += dt
+        kinds = stats.exposed_kind_s
+        kinds[info.kind] = kinds.get(info.kind, 0.0) + dt
         h.exposed_s += dt
-        if st.record and h.op is not None:
-            self.eng.layers[self.eng.row_key(h.op)].exposed_s[column_of(h.op)] += dt
+        if st.record:
+            self.eng.layers[info.layer_row].exposed_s[info.column] += dt
         if self.trace is not None:
-            self.trace.append((st.stage, "compute", f"wait {h.name}", st.clock, dt, "wait", h))
+            self.trace.append((st.stage, "compute", info.wait_name, st.clock, dt, "wait", h))
         st.clock = h.done_s
 
     def _event_wait(self, st: _Stage, h: Handle, what):
@@ -222,41 +258,15 @@ class FastRun:
         yield from self._event_wait(st, h, what)
 
     # ---------------- communication ----------------
-    def _op_info(self, st: _Stage, op) -> tuple:
-        """(time, group size, contention footprint) of an intra-stage collective of this stage."""
+    def _op_info(self, st: _Stage, op) -> _OpInfo:
+        """The _OpInfo of an intra-stage collective of this stage (made once: a stage issues the same
+        op once per micro-batch)."""
         eng = self.eng
         groups = eng._groups_for(op.group, st.stage)
         est = self._est((op.group, st.stage, op.collective, int(op.size_bytes)), groups, op)
         fp = eng.footprint(st.stage, op, groups, est) if eng.contention is not None else None
-        # the op's fixed fields too: a stage issues the same op once per micro-batch
-        info = (est, len(groups[0]) if groups else 1, fp, op.group, op.name, op.collective, int(op.size_bytes))
-        st.opinfo[id(op)] = info
+        info = st.opinfo[id(op)] = _OpInfo(eng, st.stage, op, est, groups, fp, st.record)
         return info
-
-    def _issue_fast(self, st: _Stage, op, rc) -> _Rec:
-        info = st.opinfo.get(id(op)) or self._op_info(st, op)
-        est, gsize, fp, group, name, collective, size = info
-        fast_free = st.fast_free
-        start = fast_free.get(group, 0.0)
-        clock = st.clock
-        if start < clock:
-            start = clock
-        done = start + est
-        fast_free[group] = done
-        h = _Rec(group, name, op, st.stage, collective, size, gsize, start, done)
-        self.log.append(h)
-        if fp is not None:
-            h.fp = fp
-            st.live.append(h)
-        if rc is not None:
-            row, col = rc
-            ls = self.eng.layers[row]
-            ls.comm_s[col] += est
-            ls.comm_bytes[col] += op.size_bytes
-            ls.comm_kind[col] = (collective, gsize)
-        if self.trace is not None:
-            self.trace.append((st.stage, f"comm:{group}", name, start, est, "comm", h))
-        return h
 
     def _issue_cross(self, st: _Stage, op, rc) -> Handle:
         """A cross-stage collective: queued on its kind's stream of the stage; it starts when every
@@ -385,6 +395,11 @@ class FastRun:
         hm = eng.host
         cm = eng.contention
         stats = st.stats
+        opinfo = st.opinfo
+        fast_free = st.fast_free       # intra-stage kind -> end of its last collective
+        log_append = self.log.append
+        trace = self.trace
+        per_kernel, gap = (hm.host_per_kernel_s, hm.kernel_gap_s) if hm is not None else (0.0, 0.0)
         for seg in st.segments:
             ops, durs, rows, explicit = self._segment_ops(st, seg)
             if seg[0] == "end":
@@ -427,13 +442,14 @@ class FastRun:
                         else:
                             yield from self._event_wait(st, h, (report_group(h.kind), h, op))
                 if hm is not None:
-                    st.host += hm.host_per_kernel_s
-                    t = max(st.clock, st.host) + (0.0 if op.is_comm else hm.kernel_gap_s)
-                    if t > st.clock:
-                        if self.trace is not None and t - st.clock > hm.kernel_gap_s * 1.5:
-                            self.trace.append((st.stage, "compute", "host issue", st.clock, t - st.clock,
+                    host = st.host = st.host + per_kernel
+                    clock = st.clock
+                    t = (clock if clock >= host else host) + (0.0 if op.is_comm else gap)   # max(), inlined
+                    if t > clock:
+                        if self.trace is not None and t - clock > gap * 1.5:
+                            self.trace.append((st.stage, "compute", "host issue", clock, t - clock,
                                                "overhead", None))
-                        stats.overhead_s += t - st.clock
+                        stats.overhead_s += t - clock
                         st.clock = t
                 if not op.is_comm:
                     dur = durs[i]
@@ -488,10 +504,32 @@ class FastRun:
                         yield from self._event_wait(st, h, (report_group(group), h, op))
                         continue
                 else:
-                    h = self._issue_fast(st, op, rc)
+                    # an intra-stage collective: FIFO on its kind's stream, its idle-network time long
+                    info = opinfo.get(id(op)) or self._op_info(st, op)
+                    est = info.est
+                    start = fast_free.get(group, 0.0)
+                    clock = st.clock
+                    if start < clock:
+                        start = clock
+                    done = start + est
+                    fast_free[group] = done
+                    h = _Rec(info, start, done)
+                    log_append(h)
+                    if info.fp is not None:
+                        h.fp = info.fp
+                        st.live.append(h)
+                    if rc is not None:
+                        row, col = rc
+                        ls = eng.layers[row]
+                        ls.comm_s[col] += est
+                        ls.comm_bytes[col] += op.size_bytes
+                        ls.comm_kind[col] = (info.collective, info.group_size)
+                    if trace is not None:
+                        trace.append((st.stage, info.thread, info.name, start, est, "comm", h))
                     if op.blocking:
-                        self._fast_wait(st, h)
-                        if hm is not None and op.name.startswith(hm.host_sync_ops):
+                        if done > clock:
+                            self._fast_wait(st, h)
+                        if info.host_sync:
                             host_sync = True
                         continue
                 if op.wait_op:
@@ -541,14 +579,37 @@ class FastRun:
             stuck = [st.stage for st in stages if st.gen.gi_frame is not None]
             raise SimError(f"simulation deadlocked: stage(s) {stuck} never finished (inconsistent workload)")
         eng.comm_log = self.log
-        eng.bypassed += sum(1 for h in self.log if h.fast)
+        rows, n_fast = self._rows()
+        eng.bypassed += n_fast
         T = max(st.stats.end_s for st in stages)
         for st in stages:
             st.stats.bubble_s += T - st.stats.end_s
             st.gen = None          # the generator's frame holds st: no cycle left behind
-        return EngineResult(iteration_time_s=T, stages=[st.stats for st in stages], layers=dict(eng.layers),
-                            trace=self.trace if self.trace is not None else [], comm_count=0, rep_ranks=eng.rep_ranks, bypassed=eng.bypassed,
-                            isolated=tuple(sorted(eng.isolated)), comm_log=eng.comm_log)
+        res = EngineResult(iteration_time_s=T, stages=[st.stats for st in stages], layers=dict(eng.layers),
+                           trace=self.trace if self.trace is not None else [], comm_count=0, rep_ranks=eng.rep_ranks, bypassed=eng.bypassed,
+                           isolated=tuple(sorted(eng.isolated)), comm_log=eng.comm_log)
+        res.collective_rows = rows     # sim.simulation uses them instead of _collective_rows(comm_log)
+        return res
+
+    def _rows(self) -> tuple[list[dict], int]:
+        """(StepReport.collectives rows of the log, number of fast records). The rows are those of
+        sim.simulation._collective_rows, with the same values: a fast record's row is its op's fixed
+        columns (_OpInfo.row) and its times; the other operations' rows come from _collective_rows."""
+        from sim.simulation import _collective_rows
+        eng = self.eng
+        log = self.log
+        others = iter(_collective_rows([h for h in log if not h.fast], eng.rep_ranks, eng.row_key))
+        rows: list[dict] = []
+        append = rows.append
+        n_fast = 0
+        for h in log:
+            if h.fast:
+                n_fast += 1
+                s, d = h.start_s, h.done_s
+                append(dict(h.info.row, start_s=s, end_s=d, duration_s=d - s, exposed_s=h.exposed_s))
+            else:
+                append(next(others))
+        return rows, n_fast
 
 
 @contextmanager

@@ -18,6 +18,7 @@ import os
 import shutil
 import tempfile
 from itertools import compress
+from operator import itemgetter
 from pathlib import Path
 
 from netsim.api import bus_factor
@@ -230,7 +231,10 @@ def _trace_events(rep, ranks, links: int, columns=None) -> tuple[list, dict]:
         trace = [ev for ev in trace if ev[0] in shown]
         columns = None
     n = len(trace)
-    args_col = [ev[6] if len(ev) > 6 else None for ev in trace]
+    try:
+        args_col = list(map(itemgetter(6), trace))     # annotated entries (sim.trace_args) all have 7 fields
+    except IndexError:
+        args_col = [ev[6] if len(ev) > 6 else None for ev in trace]
     arg_ids = list(map(id, args_col))
     if columns is None:
         columns = trace_columns(trace)

@@ -325,7 +325,9 @@ def _simulate(workload, topology, *, gpu, network, db, placement, progress, samp
     }
     from sim.fastpath import no_cyclic_gc
     with no_cyclic_gc():    # 10^5 rows and trace entries on large runs
-        collective_rows = _collective_rows(res.comm_log, res.rep_ranks, eng.row_key)
+        collective_rows = getattr(res, "collective_rows", None)     # sim.fastpath builds its own
+        if collective_rows is None:
+            collective_rows = _collective_rows(res.comm_log, res.rep_ranks, eng.row_key)
         trace_events, link_load_data = res.trace, None
         if trace:
             from sim.trace_args import annotate, link_loads
@@ -346,24 +348,54 @@ def _simulate(workload, topology, *, gpu, network, db, placement, progress, samp
 
 
 def _collective_rows(log, rep_ranks, row_key) -> list[dict]:
-    """Plain rows of the engine's communication log (times in s from the iteration start)."""
+    """Plain rows of the engine's communication log (times in s from the iteration start): Handles
+    (or records with their fields) and (sim.engine.FastOp, start_s, done_s, exposed_s) tuples.
+
+    Every field but the times is the same at every execution of one op by one stage, so each row is a
+    copy of a per-op prefix dict (fields in row order, the four times last) with the times set."""
     rows = []
-    per_op: dict = {}     # (id(op), kind) -> (report group, layer row, phase, blocking): same at every execution
+    append = rows.append
+    prefixes: dict = {}
     for h in log:
-        op = h.op
-        pp = h.kind == "pp"
-        fixed = per_op.get((id(op), h.kind))
-        if fixed is None:
-            fixed = per_op[(id(op), h.kind)] = (
-                "PP" if pp else report_group(h.kind), "pipeline" if pp else row_key(op),
-                getattr(op, "phase", "pipeline"), bool(op.blocking) if op is not None else False)
-        rows.append({
-            "stage": h.stage, "rank": rep_ranks[h.stage], "group": h.kind,
-            "report_group": fixed[0], "name": h.name,
-            "collective": h.collective, "size_bytes": h.size_bytes, "group_size": h.group_size,
-            "peer_stage": h.peer_stage if pp else None,
-            "layer": fixed[1], "phase": fixed[2], "blocking": fixed[3],
-            "timing": "estimate" if h.fast else "network",
-            "start_s": h.start_s, "end_s": h.done_s, "duration_s": h.done_s - h.start_s,
-            "exposed_s": h.exposed_s})
+        if type(h) is tuple:
+            info, start, end, exposed = h
+            pre = prefixes.get(id(info))
+            if pre is None:
+                # the FastOp lives as long as the log (it is in it), so its id stays unique
+                op = info.op
+                pre = prefixes[id(info)] = _row_prefix(
+                    info.stage, rep_ranks[info.stage], info.kind, info.report_group, op.name, op.collective,
+                    info.size_bytes, info.group_size, None, row_key(op), getattr(op, "phase", "pipeline"),
+                    bool(op.blocking), "estimate")
+        else:
+            op = h.op
+            start, end, exposed = h.start_s, h.done_s, h.exposed_s
+            if h.kind == "pp":       # a pipeline send (no CommOp): its name differs per send
+                pre = _row_prefix(h.stage, rep_ranks[h.stage], "pp", "PP", h.name, h.collective, h.size_bytes,
+                                  h.group_size, h.peer_stage, "pipeline", getattr(op, "phase", "pipeline"),
+                                  bool(op.blocking) if op is not None else False,
+                                  "estimate" if h.fast else "network")
+            else:
+                key = (id(op), h.kind, h.stage, h.name, h.collective, h.size_bytes, h.group_size, h.fast)
+                pre = prefixes.get(key)
+                if pre is None:     # ops live as long as the workload, so their ids stay unique
+                    pre = prefixes[key] = _row_prefix(
+                        h.stage, rep_ranks[h.stage], h.kind, report_group(h.kind), h.name, h.collective,
+                        h.size_bytes, h.group_size, None, row_key(op), getattr(op, "phase", "pipeline"),
+                        bool(op.blocking) if op is not None else False, "estimate" if h.fast else "network")
+        row = pre.copy()
+        row["start_s"] = start
+        row["end_s"] = end
+        row["duration_s"] = end - start
+        row["exposed_s"] = exposed
+        append(row)
     return rows
+
+
+def _row_prefix(stage, rank, group, report, name, collective, size_bytes, group_size, peer_stage, layer, phase,
+                blocking, timing) -> dict:
+    """A StepReport.collectives row with its times unset (NaN), in the row's field order."""
+    return {"stage": stage, "rank": rank, "group": group, "report_group": report, "name": name,
+            "collective": collective, "size_bytes": size_bytes, "group_size": group_size,
+            "peer_stage": peer_stage, "layer": layer, "phase": phase, "blocking": blocking, "timing": timing,
+            "start_s": math.nan, "end_s": math.nan, "duration_s": math.nan, "exposed_s": math.nan}

@@ -60,33 +60,46 @@ def annotate(trace: list, times: dict, sources: dict, engine, backend) -> list:
             cache[key] = got
         return got
 
-    # a ref's kind is its type's: is_comm is a class attribute of workload ops and engine handles lack
-    # it (getattr with a default would raise and catch an exception per entry, ~10^5 entries)
-    comm_type: dict[type, bool] = {}
+    # a ref's kind is its type's: 0 kernel (is_comm False: workload ops), 1 communication or wait (engine
+    # handles lack is_comm: getattr with a default would raise and catch an exception per entry), 2 the
+    # same carrying `info` (sim.fastpath's records: every record of one info has the same arguments, so
+    # they are made once per info, not once per record; ~10^5 entries)
+    kind_of: dict[type, int] = {}
+    comm_memo: dict[int, dict] = {}
+    wait_memo: dict[int, dict] = {}
+
+    def type_kind(ref) -> int:
+        kind = kind_of[type(ref)] = (0 if not getattr(ref, "is_comm", True) else 2 if hasattr(ref, "info") else 1)
+        return kind
+
+    def ref_args(ref, cat: str, share: int) -> dict:
+        """Arguments of a communication or wait entry (memoised by `share`: the record's info or the ref)."""
+        if cat == "wait":   # one dict per operation waited for, shared (trace.json encodes it once)
+            key = ("w", ref.name, ref.kind)
+            args = cache.get(key)
+            if args is None:
+                args = cache[key] = {"waits_for": ref.name, "group": ref.kind}
+            wait_memo[share] = args
+        else:
+            args = comm_memo[share] = comm_args(ref) if ref.stage >= 0 else {"group": ref.kind}
+        return args
+
     out = []
     append = out.append
-    for ev in trace:
-        if len(ev) == 7:
-            stage, thread, name, start, dur, cat, ref = ev
-        else:
-            (stage, thread, name, start, dur, cat), ref = ev[:6], (ev[6] if len(ev) > 6 else None)
+    if not all(map((7).__eq__, map(len, trace))):
+        trace = [tuple(ev[:6]) + ((ev[6] if len(ev) > 6 else None),) for ev in trace]
+    for stage, thread, name, start, dur, cat, ref in trace:
         if ref is None:
             args = _HOST if cat == "overhead" else None
         else:
-            comm = comm_type.get(type(ref))
-            if comm is None:
-                comm = comm_type[type(ref)] = getattr(ref, "is_comm", True)
-            if not comm:
+            kind = kind_of.get(type(ref))
+            if kind is None:
+                kind = type_kind(ref)
+            if kind == 0:
                 args = cache.get(id(ref)) or kernel_args(ref)
-            elif cat == "wait":   # one dict per operation waited for, shared (trace.json encodes it once)
-                key = ("w", ref.name, ref.kind)
-                args = cache.get(key)
-                if args is None:
-                    args = cache[key] = {"waits_for": ref.name, "group": ref.kind}
-            elif ref.stage >= 0:
-                args = comm_args(ref)
             else:
-                args = {"group": ref.kind}
+                share = id(ref.info) if kind == 2 else id(ref)
+                args = (wait_memo if cat == "wait" else comm_memo).get(share) or ref_args(ref, cat, share)
         append((stage, thread, name, start, dur, cat, args))
     return out
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from topo.model import Topology, tier_rank
+from topo.model import Topology, link_arrays_of, tier_rank
 
 Colour = str | tuple[float, float, float, float]
 
@@ -173,14 +173,11 @@ def bundles(t: Topology, node_group: list[str]) -> tuple[Counter, Counter]:
     """Cables and total bandwidth (one direction, B/s) per unordered pair of groups (names sorted);
     node_group[i] is node i's group. Column-wise (numpy) over one direction of each cable; the bandwidth
     of a pair is summed in link order."""
-    from operator import attrgetter
-
     import numpy as np
-    cables = t.links[::2]
-    n = len(cables)
+    la = link_arrays_of(t)      # the link columns: no Link objects made (cable k = link 2k as written)
 
     def column(name: str, dtype):
-        return np.fromiter(map(attrgetter(name), cables), dtype=dtype, count=n)
+        return getattr(la, name)[::2].astype(dtype, copy=False)
 
     names = sorted(set(node_group))
     index = {g: i for i, g in enumerate(names)}

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from topo.errors import TopoError
 from topo.limits import ALLOW_HUGE_ENV, MAX_CABLES, MAX_NODES, over_limit
-from topo.model import Link, LinkArrays, Node, Topology, link_maker
+from topo.model import LazyLinks, LinkArrays, Node, Topology, link_maker
 
 
 @dataclass(frozen=True)
@@ -68,47 +68,72 @@ class FabricSpec:
 
 
 class _Builder:
-    """Nodes and links in build order; the per-link columns (Topology.link_arrays) are kept beside the
-    Link objects so that nobody loops over 10^5 links again to get them."""
+    """Nodes and cables in build order. A cable is kept as its two end nodes and a link class (rate,
+    delay, kind, error rate); topology() turns them into the per-link columns (Topology.link_arrays)
+    with numpy and leaves the Link objects to be made on first use (topo.model.LazyLinks), since a
+    simulation reads only the columns."""
 
     def __init__(self) -> None:
         self.nodes: list[Node] = []
-        self.links: list[Link] = []
-        self._link = link_maker()
-        self.src: list[int] = []
-        self.dst: list[int] = []
-        self.bw: list[float] = []
-        self.lat: list[float] = []
-        self.er: list[float] = []
-        self.kind: list[str] = []
+        self.ends: list[int] = []       # a, b of every cable in order: link 2k = a -> b, 2k+1 = b -> a
+        self.cls: list[int] = []        # per cable: index into self.classes
+        self.classes: list[tuple[Rate, Rate, str, float]] = []
+        self._class_ids: dict[tuple, int] = {}
 
     def add(self, count: int, kind: str, tier: str) -> int:
         base = len(self.nodes)
         self.nodes.extend(Node(base + i, kind, tier) for i in range(count))
         return base
 
+    def link_class(self, rate: Rate, delay: Rate, kind: str, er: float) -> int:
+        # by identity: a spec holds a few Rate objects, used by thousands of cables
+        key = (id(rate), id(delay), kind, er)
+        got = self._class_ids.get(key)
+        if got is None:
+            got = self._class_ids[key] = len(self.classes)
+            self.classes.append((rate, delay, kind, er))
+        return got
+
     def cable(self, a: int, b: int, rate: Rate, delay: Rate, kind: str, er: float) -> None:
-        n = len(self.links)
-        mk = self._link
-        self.links.append(mk(n, a, b, rate.value, delay.value, kind, er, rate.text, delay.text))
-        self.links.append(mk(n + 1, b, a, rate.value, delay.value, kind, er, rate.text, delay.text))
-        self.src += (a, b)
-        self.dst += (b, a)
-        self.bw += (rate.value, rate.value)
-        self.lat += (delay.value, delay.value)
-        self.er += (er, er)
-        self.kind += (kind, kind)
+        self.ends += (a, b)
+        self.cls.append(self.link_class(rate, delay, kind, er))
+
+    def cables(self, pairs, cls: int) -> None:
+        """Cables (a, b) in order, all of link class `cls`."""
+        n = len(self.ends)
+        for a, b in pairs:
+            self.ends += (a, b)
+        self.cls += [cls] * ((len(self.ends) - n) // 2)
 
     def topology(self, G: int, gps: int, gpu_type: str, dom: int, name: str, notes: list[str]) -> Topology:
         import numpy as np
-        t = Topology(G, gps, gpu_type, dom, tuple(self.nodes), tuple(self.links), name=name, notes=tuple(notes))
-        n = len(self.links)
+        n = len(self.ends)
+        src = np.array(self.ends, dtype=np.int64)                  # link 2k: a -> b, 2k+1: b -> a
+        dst = src.reshape(-1, 2)[:, ::-1].reshape(-1) if n else src.copy()
+        link_cls = np.repeat(np.array(self.cls, dtype=np.int64), 2)
+        classes = self.classes
+        bw = [c[0].value for c in classes]
+        lat = [c[1].value for c in classes]
+        kinds = [c[2] for c in classes]
+        ers = [c[3] for c in classes]
+        rtext = [c[0].text for c in classes]
+        dtext = [c[1].text for c in classes]
+
+        def column(values: list[float]):
+            return np.array(values, dtype=np.float64)[link_cls] if classes else np.zeros(0)
+
+        cls_list = link_cls.tolist()
+
+        def make_links():
+            mk = link_maker()
+            return [mk(i, s, d, bw[c], lat[c], kinds[c], ers[c], rtext[c], dtext[c])
+                    for i, (s, d, c) in enumerate(zip(src.tolist(), dst.tolist(), cls_list))]
+
         # the columns topo.model._link_arrays would read from the links (health: capacity_factor 1)
-        t._cache["link_arrays"] = LinkArrays(
-            np.fromiter(self.src, dtype=np.int64, count=n), np.fromiter(self.dst, dtype=np.int64, count=n),
-            np.fromiter(self.bw, dtype=np.float64, count=n), np.fromiter(self.lat, dtype=np.float64, count=n),
-            1.0 * (1.0 - np.fromiter(self.er, dtype=np.float64, count=n)), self.kind)
-        return t
+        arrays = LinkArrays(src, dst, column(bw), column(lat), 1.0 * (1.0 - column(ers)),
+                            list(map(kinds.__getitem__, cls_list)))
+        return Topology(G, gps, gpu_type, dom, tuple(self.nodes), LazyLinks(n, make_links, arrays), name=name,
+                        notes=tuple(notes))
 
 
 def _need(cond: bool, msg: str) -> None:
@@ -155,21 +180,23 @@ def _build_fabric(spec: FabricSpec, name: str) -> Topology:
     er = spec.error_rate
 
     # ---- host-side switches ----
-    host_links: list[list[tuple[int, Rate, Rate, str]]] = [[] for _ in range(G)]
+    host_links: list[list[tuple[int, int]]] = [[] for _ in range(G)]     # per GPU: (switch, link class)
     if spec.host == "simai":
         n = spec.nvswitch_count
         _need(n >= 0, f"{_flag(spec, 'nvswitch_per_server')}: must be >= 0")
         if n and dom == gps:
             base = b.add(servers * n, "nvswitch", "nvswitch")
+            nv = b.link_class(spec.nvlink, spec.nvlink_latency, "nvlink", er)
             for g in range(G):
                 s = g // gps
-                host_links[g] = [(base + s * n + k, spec.nvlink, spec.nvlink_latency, "nvlink") for k in range(n)]
+                host_links[g] = [(base + s * n + k, nv) for k in range(n)]
         elif n:
             domains = G // dom
             base = b.add(domains * n, "nvswitch", "nvswitch")
+            nv = b.link_class(spec.nvlink, spec.nvlink_latency, "nvlink", er)
             for g in range(G):
                 d = g // dom
-                host_links[g] = [(base + d * n + k, spec.nvlink, spec.nvlink_latency, "nvlink") for k in range(n)]
+                host_links[g] = [(base + d * n + k, nv) for k in range(n)]
     elif spec.host == "chips":
         n = spec.nvswitch_count
         _need(n >= 1, f"{_flag(spec, 'nvswitch_chips')}: must be >= 1")
@@ -178,16 +205,18 @@ def _build_fabric(spec: FabricSpec, name: str) -> Topology:
         w = spec.nvlink_chip_links or (1,) * n
         _need(len(w) == n and min(w) > 0, f"{_flag(spec, 'nvswitch_chip_links')}: need {n} positive port counts, got {list(w)}")
         per_chip = [Rate(spec.nvlink.value * x / sum(w), _fmt_rate(spec.nvlink.value * x / sum(w))) for x in w]
+        chip_cls = [b.link_class(r, spec.nvlink_latency, "nvlink", er) for r in per_chip]
         for g in range(G):
             d = g // dom
-            host_links[g] = [(base + d * n + k, per_chip[k], spec.nvlink_latency, "nvlink") for k in range(n)]
+            host_links[g] = [(base + d * n + k, chip_cls[k]) for k in range(n)]
     elif spec.host == "pcie":
         p = spec.pcie_switches_per_server
         _need(p >= 1 and gps % p == 0, f"pcie_switches_per_server: {p} must divide GPUs per server {gps}")
         pcie_base = b.add(servers * p, "switch", "pcie")
+        pc = b.link_class(spec.pcie, spec.pcie_latency, "pcie", er)
         for g in range(G):
             s, i = divmod(g, gps)
-            host_links[g] = [(pcie_base + s * p + i // (gps // p), spec.pcie, spec.pcie_latency, "pcie")]
+            host_links[g] = [(pcie_base + s * p + i // (gps // p), pc)]
     else:
         raise TopoError(f"host: unknown server model '{spec.host}' (simai, chips, pcie)")
 
@@ -217,12 +246,16 @@ def _build_fabric(spec: FabricSpec, name: str) -> Topology:
         ep_tor, asw_psw, psw_core = _clos(spec, b, n_ep, rails, notes)
 
     # ---- cables in SimAI order ----
+    ends, cls = b.ends, b.cls        # one cable per GPU link: appended here without a call each
+    net_cls = b.link_class(spec.nic, spec.latency, "network", er) if spec.network and not use_nics else -1
     for g in range(G):
-        for (sw, rate, lat, kind) in host_links[g]:
-            b.cable(g, sw, rate, lat, kind, er)
-        if spec.network and not use_nics:
+        for sw, c in host_links[g]:
+            ends += (g, sw)
+            cls.append(c)
+        if net_cls >= 0:
             for tor in ep_tor[g]:
-                b.cable(g, tor, spec.nic, spec.latency, "network", er)
+                ends += (g, tor)
+                cls.append(net_cls)
         elif spec.network and spec.host != "pcie":
             s, i = divmod(g, gps)
             b.cable(g, nic_base + s * rails + i // spec.gpus_per_nic, spec.pcie, spec.pcie_latency, "pcie", er)
@@ -241,8 +274,8 @@ def _build_fabric(spec: FabricSpec, name: str) -> Topology:
                 b.cable(nic, pcie_base + s * p + j // (rails // p), spec.pcie, spec.pcie_latency, "pcie", er)
             for tor in ep_tor[e]:
                 b.cable(nic, tor, spec.nic, spec.latency, "network", er)
-    for a, p_ in asw_psw:
-        b.cable(a, p_, spec.asw_psw, spec.latency, "network", er)
+    if asw_psw:
+        b.cables(asw_psw, b.link_class(spec.asw_psw, spec.latency, "network", er))
     for p_, c, rate in psw_core:
         b.cable(p_, c, rate, spec.latency, "network", er)
     return b.topology(G, gps, spec.gpu_type, dom, name, notes)

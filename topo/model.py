@@ -11,6 +11,7 @@ aggregation, one pod), "csw" (core, across pods), "t4"... above. Link kinds: "nv
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
 NODE_KINDS = ("gpu", "nvswitch", "nic", "switch")
@@ -66,6 +67,66 @@ def link_maker():
         s_cf(lk, 1.0)
         return lk
     return make
+
+
+class LazyLinks(Sequence):
+    """Topology.links of a built fabric: the Link tuple is made on first use by `make()` (a built
+    9,216-GPU fabric has 56,000 links, and a simulation reads only the per-link columns of
+    Topology.link_arrays). Its length is known without making them, and `arrays` (the builder's
+    LinkArrays of the same links) serves link_arrays() of every Topology holding it (dataclasses.replace
+    of other fields keeps them). It behaves as the tuple: equal and hashed like it, slices and `+` give
+    tuples, pickled as the tuple."""
+
+    __slots__ = ("_n", "_make", "_links", "arrays")
+
+    def __init__(self, n: int, make, arrays: LinkArrays | None = None) -> None:
+        self._n = n
+        self._make = make
+        self._links: tuple[Link, ...] | None = None
+        self.arrays = arrays
+
+    def _all(self) -> tuple[Link, ...]:
+        if self._links is None:
+            links = tuple(self._make())
+            if len(links) != self._n:
+                raise AssertionError(f"topo.model.LazyLinks: made {len(links)} links, expected {self._n}")
+            self._links, self._make = links, None
+        return self._links
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        return self._all()[i]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __reversed__(self):
+        return reversed(self._all())
+
+    def __contains__(self, x) -> bool:
+        return x in self._all()
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, LazyLinks):
+            other = other._all()
+        return self._all() == other if isinstance(other, tuple) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._all())
+
+    def __add__(self, other):
+        return self._all() + tuple(other)
+
+    def __radd__(self, other):
+        return tuple(other) + self._all()
+
+    def __repr__(self) -> str:
+        return repr(self._all())
+
+    def __reduce__(self):
+        return (tuple, (self._all(),))
 
 
 def is_host_side(node: Node) -> bool:
@@ -221,7 +282,11 @@ class Topology:
         over Link objects in each consumer (netsim.TopoView, topo.Router)."""
         got = self._cache.get("link_arrays")
         if got is None:
-            got = self._cache["link_arrays"] = _link_arrays(self.links)
+            links = self.links
+            got = links.arrays if isinstance(links, LazyLinks) and links.arrays is not None else None
+            if got is None:
+                got = _link_arrays(links)
+            self._cache["link_arrays"] = got
         return got
 
     def gpu_ports(self, gpu: int) -> list[tuple[int, ...]]:

@@ -472,26 +472,10 @@ class Router:
         Returns (indices of the pairs answered, their link ids: one row per pair in path order,
         padded with -1 anywhere after the first link), or None when the router is not of that kind.
         Pairs left to path(): several ports, one host component, no route, a == b."""
-        t = self.topology
-        if self.pxn or not self._paired or not isinstance(t, Topology):
-            return None
-        tab = self._rail_tab
+        tab = self._net_tab()
         if tab is None:
-            g_links, g_sw, _ = direct_gpu_links(t)
-            G = t.num_gpus
-            if not len(g_links):
-                return None
-            la = self._la
-            count = np.bincount(g_links, minlength=G)
-            first = np.full(G, -1, dtype=np.int64)
-            lids = np.flatnonzero((la.src < G) & self._is_net[la.dst])     # the links of direct_gpu_links
-            first[la.src[lids]] = lids
-            sw = np.full(G, -1, dtype=np.int64)
-            sw[g_links] = g_sw
-            rails = np.asarray(t.rails(), dtype=np.int64)
-            if not self._rails_per_server:
-                self._rails_per_server = 1 + max(int(rails[g]) for g in t.gpus_of_server(0))
-            tab = self._rail_tab = (count, first, sw, rails, np.asarray(self._comp, dtype=np.int64))
+            return None
+        t = self.topology
         count, first, sw, rails, comp = tab
         ok = ((count[src] == 1) & (count[dst] == 1) & (src != dst)
               & ((comp[src] != comp[dst]) | (comp[src] < 0)))
@@ -542,6 +526,58 @@ class Router:
         cols.append(first[b] ^ 1)     # paired cables: the reverse of link L is L ^ 1
         rows = np.column_stack(cols)
         return sel[reach], rows[reach]
+
+    def net_hop_parts(self, src: np.ndarray, dst: np.ndarray):
+        """For the GPU pairs net_paths answers, what their paths are made of without walking them:
+        (mask of those pairs, first link, last link, number of switch-to-switch links between them
+        (the hop distance of the two switches: net_paths' walk takes one shortest-path step per
+        link)). None when net_paths would answer None. The links in between depend on the flow key;
+        their count does not."""
+        tab = self._net_tab()
+        if tab is None:
+            return None
+        count, first, sw, _rails, comp = tab
+        ok = ((count[src] == 1) & (count[dst] == 1) & (src != dst)
+              & ((comp[src] != comp[dst]) | (comp[src] < 0)))
+        dist = np.full(len(src), -1, dtype=np.int64)
+        sel = np.flatnonzero(ok)
+        if len(sel):
+            idx = self._sw_index
+            s_c, d_sw = idx[sw[src[sel]]], sw[dst[sel]]
+            for d in sorted(set(d_sw.tolist())):
+                at = d_sw == d
+                dist[sel[at]] = self.dist_to(d)[s_c[at]]
+        ok &= dist >= 0
+        return ok, first[src], first[dst] ^ 1, dist
+
+    def inner_links(self) -> np.ndarray:
+        """Ids of the links between network switches (the middle links of net_paths' routes)."""
+        return self._out_lid
+
+    def _net_tab(self):
+        """(per GPU: its number of direct network links, the first one, its switch; rails; host
+        components) for net_paths, or None when the router is not of that kind (cached)."""
+        t = self.topology
+        if self.pxn or not self._paired or not isinstance(t, Topology):
+            return None
+        tab = self._rail_tab
+        if tab is None:
+            g_links, g_sw, _ = direct_gpu_links(t)
+            G = t.num_gpus
+            if not len(g_links):
+                return None
+            la = self._la
+            count = np.bincount(g_links, minlength=G)
+            first = np.full(G, -1, dtype=np.int64)
+            lids = np.flatnonzero((la.src < G) & self._is_net[la.dst])     # the links of direct_gpu_links
+            first[la.src[lids]] = lids
+            sw = np.full(G, -1, dtype=np.int64)
+            sw[g_links] = g_sw
+            rails = np.asarray(t.rails(), dtype=np.int64)
+            if not self._rails_per_server:
+                self._rails_per_server = 1 + max(int(rails[g]) for g in t.gpus_of_server(0))
+            tab = self._rail_tab = (count, first, sw, rails, np.asarray(self._comp, dtype=np.int64))
+        return tab
 
     def _walk_tables(self, d_sw: np.ndarray):
         """(slot of each destination switch, and the _towards tables of every destination switch seen

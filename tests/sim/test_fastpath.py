@@ -257,3 +257,34 @@ def test_fewer_gc_passes_raises_the_threshold_and_restores_it_on_error():
             assert gc.isenabled()            # still collecting, only less often
             raise RuntimeError("boom")
     assert gc.get_threshold() == before
+
+
+@pytest.mark.parametrize("source", ["simai-gpt7b", "native-contention"])
+def test_fast_path_rows_are_the_rows_of_its_log(shared_dir, monkeypatch, source):
+    """The fast path builds StepReport.collectives itself (per-op fixed columns + times): the rows,
+    their field order and values, are exactly sim.simulation._collective_rows of its communication log."""
+    import sim.fastpath as fastpath
+    from sim.simulation import _collective_rows
+    got = {}
+    run_fast = fastpath.run_fast
+
+    def spy(eng):
+        got["res"], got["eng"] = run_fast(eng), eng
+        return got["res"]
+    monkeypatch.setattr(fastpath, "run_fast", spy)
+    if source == "simai-gpt7b":
+        job = {"workload": str(shared_dir / "data" / "simai_examples" / "aicb_gpt7b_128gpu_tp4_ga8.txt"),
+               "network": "analytical"}
+    else:
+        job = NATIVE["vpp2_pp4_uneven"]
+    workload, topology, gpu = build_inputs(job)
+    rep = simulate(workload, topology, gpu=gpu, network="analytical", db=open_job_db(job),
+                   row_key=_row_key_for(workload))
+    res, eng = got["res"], got["eng"]
+    assert rep.meta["engine"] == "arithmetic (sim.fastpath)"
+    want = _collective_rows(res.comm_log, res.rep_ranks, eng.row_key)
+    assert len(want) == len(res.comm_log) > 0
+    if source == "native-contention":     # pipeline sends and cross-stage collectives among them
+        assert any(not h.fast for h in res.comm_log)
+    assert [list(r.items()) for r in rep.collectives] == [list(r.items()) for r in want]
+    assert rep.meta["estimated_collectives"] >= sum(1 for h in res.comm_log if h.fast) > 0

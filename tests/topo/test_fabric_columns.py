@@ -58,3 +58,33 @@ def test_rail_optimization_of_known_fabrics():
     assert not is_rail_optimized(build("dcn+", gpus=64))
     assert direct_gpu_links(build("spectrum-x", gpus=64))[2]
     assert not direct_gpu_links(build("spectrum-x", gpus=64, nics=True, gpus_per_nic=2))[2]
+
+
+def test_built_links_are_made_on_first_use_and_behave_as_the_tuple():
+    import pickle
+
+    from topo.model import LazyLinks
+    t = build("spectrum-x", gpus=64)
+    links = t.links
+    assert isinstance(links, LazyLinks) and links._links is None
+    n = len(links)
+    assert n == 2 * t.num_cables and links._links is None      # the length needs no Link objects
+    la = t.link_arrays()
+    assert links._links is None                                  # nor do the columns
+    plain = tuple(links)
+    assert len(plain) == n and all(isinstance(lk, Link) for lk in plain)
+    # link 2k is cable k as written, 2k+1 its reverse, with the columns' values
+    for k in (0, 1, n // 2, n - 2, n - 1):
+        lk = plain[k]
+        assert lk.id == k and (lk.src, lk.dst) == (int(la.src[k]), int(la.dst[k]))
+        assert (lk.bandwidth_Bps, lk.latency_s, lk.kind) == (la.bandwidth_Bps[k], la.latency_s[k], la.kind[k])
+        twin = plain[k ^ 1]
+        assert (twin.src, twin.dst, twin.rate_text, twin.delay_text) == (lk.dst, lk.src, lk.rate_text, lk.delay_text)
+    assert links == plain and plain == links and not (links != plain) and hash(links) == hash(plain)
+    assert links != plain[:-1] and links[::2] == plain[::2] and isinstance(links[::2], tuple)
+    assert links + (plain[0],) == plain + (plain[0],) and (plain[0],) + links == (plain[0],) + plain
+    assert plain[3] in links and list(reversed(links)) == list(reversed(plain))
+    assert pickle.loads(pickle.dumps(links)) == plain
+    other = dataclasses.replace(t, links=plain)
+    assert other == t and hash(other) == hash(t)
+    assert t.out_links(0) == [lk for lk in plain if lk.src == 0]

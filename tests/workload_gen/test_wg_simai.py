@@ -177,3 +177,17 @@ def test_micro_round_trip(tmp_path):
     assert [(op.collective, op.group, op.size_bytes) for op in w.stages[0].chunks[0].forward if op.is_comm] == [
         ("all_reduce", "dp", 1 << 20), ("all_reduce", "dp", 1 << 21), ("all_reduce", "dp", 1 << 22)]
     assert w.plan.world_size == 16
+
+
+def test_reader_median_is_statistics_median():
+    """The reader's per-line median of the micro-batch copies (kept without importing statistics)."""
+    import random
+    import statistics
+
+    from workload_gen.simai_workload import _median
+    rng = random.Random(16)
+    for n in list(range(1, 30)) + [24, 96, 97]:
+        for _ in range(20):
+            values = [rng.choice((1, 2, 3, rng.randrange(10**12))) for _ in range(n)]
+            got, want = _median(values), statistics.median(values)
+            assert got == want and type(got) is type(want), (values, got, want)
