@@ -48,6 +48,16 @@ _RELABELLED = frozenset({("all_reduce", "ring"), ("all_gather", "ring"), ("reduc
                          ("all_reduce", "tree")})
 
 
+def _canonical_specs(sizes: tuple[int, ...], domains: int, op: str, alg: str) -> list:
+    """build_specs of the canonical group of these unit sizes (GPU i = the i-th GPU of the units in
+    order), the template every group of the same unit sizes is relabelled from (_RELABELLED)."""
+    canon, o = [], 0
+    for k in sizes:
+        canon.append(list(range(o, o + k)))
+        o += k
+    return build_specs(GroupShape(tuple(range(o)), canon, domains), op, alg, 1.0)
+
+
 def _pair_shape(view, gpus: tuple[int, ...]) -> GroupShape:
     """group_shape of a group of two GPUs: one unit holding both (sorted), else one unit each in
     group order."""
@@ -294,11 +304,7 @@ class Planner:
         tkey = (op, alg, sizes)
         tmpl = self._spec_tmpl.get(tkey)
         if tmpl is None:
-            canon, o = [], 0
-            for k in sizes:
-                canon.append(list(range(o, o + k)))
-                o += k
-            tmpl = self._spec_tmpl[tkey] = build_specs(GroupShape(tuple(range(o)), canon, shape.domains), op, alg, 1.0)
+            tmpl = self._spec_tmpl[tkey] = _canonical_specs(sizes, shape.domains, op, alg)
         flat = [g for s in shape.servers for g in s]
         return [FlowSpec([(flat[a], flat[b]) for a, b in t.hops], t.nbytes, t.steps, t.deps, t.weights, t.nvls,
                          t.pxn, t.after, t.ring, t.lat_stages, t.share, t.fill) for t in tmpl]
@@ -488,12 +494,7 @@ class Planner:
             tk = (op, alg, sizes)
             got = self._quick_tmpl.get(tk)
             if got is None:
-                canon, o = [], 0
-                for k in sizes:
-                    canon.append(list(range(o, o + k)))
-                    o += k
-                got = self._quick_tmpl[tk] = self._quick_fields(
-                    build_specs(GroupShape(tuple(range(o)), canon, shape.domains), op, alg, 1.0))
+                got = self._quick_tmpl[tk] = self._quick_fields(_canonical_specs(sizes, shape.domains, op, alg))
             fields, tsrc, tdst = got
             if fields is None:
                 return None
