@@ -16,7 +16,8 @@ synchronisations), the per-stage split (compute, exposed per group, overhead, bu
 per-layer rows, the communication log, the overlap-contention model (sim.contention: a kernel's end
 is computed piecewise between the starts and ends of its rank's communication, as the engine does for
 arithmetically timed communication) and the trace entries. Differences: the log and the trace list
-operations stage by stage instead of by event time (same entries).
+operations stage by stage instead of by event time (same entries), and a trace entry's last field is
+its argument dict (shared, filled by sim.trace_args.annotate) instead of the op or handle.
 Not handled (applies() says why; sim.simulation then runs the event engine): a backend with
 contention (flow), stragglers. A kernel that runs while a cross-stage collective of its rank waits
 for a rendezvous that depends on later pipeline progress cannot be ordered arithmetically: run_fast
@@ -42,6 +43,7 @@ from sim.engine import (
 )
 from sim.errors import SimError
 from sim.schedule import stage_tasks
+from sim.trace_args import args_key
 from workload_gen.workload import CommOp
 
 
@@ -60,12 +62,18 @@ class _NeedsEvents(Exception):
 
 class _OpInfo:
     """What every execution of one intra-stage collective op of one stage shares: its idle-network
-    time, group, contention footprint, and the fixed columns of its StepReport.collectives row."""
+    time, group, contention footprint, the fixed columns of its StepReport.collectives row, and the
+    argument slots of its executions' trace entries (FastRun.slot: one for the collective, one for a
+    wait on it; sim.trace_args reads the sim.engine.Handle fields this has: kind, name, stage,
+    collective, size_bytes, group_size, fast, peer_stage)."""
 
+    fast = True
+    peer_stage = -1
     __slots__ = ("est", "group_size", "fp", "kind", "name", "collective", "size_bytes", "op", "stage",
-                 "report_group", "layer_row", "column", "row", "host_sync", "thread", "wait_name")
+                 "report_group", "layer_row", "column", "row", "host_sync", "thread", "wait_name",
+                 "comm_args", "wait_args")
 
-    def __init__(self, eng, stage: int, op, est: float, groups, fp, record: bool) -> None:
+    def __init__(self, eng, stage: int, op, est: float, groups, fp, record: bool, slot=None) -> None:
         self.est = est
         self.group_size = len(groups[0]) if groups else 1
         self.fp = fp
@@ -77,6 +85,8 @@ class _OpInfo:
         self.stage = stage
         self.report_group = report_group(op.group)
         self.thread, self.wait_name = f"comm:{op.group}", f"wait {op.name}"     # its trace entries' texts
+        self.comm_args = slot(self, "comm") if slot is not None else None
+        self.wait_args = slot(self, "wait") if slot is not None else None
         # a blocking op whose result the host reads (sim.overheads: .item() after it)
         self.host_sync = eng.host is not None and op.name.startswith(eng.host.host_sync_ops)
         # stage 0's per-layer row and column (exposed time is charged there)
@@ -91,11 +101,10 @@ class _OpInfo:
 
 
 class _Rec:
-    """An arithmetically timed collective of a stage representative: its times, its op's _OpInfo, and
-    the fields of sim.engine.Handle that the trace's arguments read (sim.trace_args), copied from it."""
+    """An arithmetically timed collective of a stage representative (an entry of the communication
+    log): its times and its op's _OpInfo, whose fields it shows as those of a sim.engine.Handle."""
 
-    __slots__ = ("info", "start_s", "done_s", "exposed_s", "fp", "kind", "name", "stage", "collective",
-                 "size_bytes", "group_size")
+    __slots__ = ("info", "start_s", "done_s", "exposed_s", "fp")
     fast = True
     done = True
     peer_stage = -1
@@ -107,14 +116,14 @@ class _Rec:
         self.done_s = done_s
         self.exposed_s = 0.0
         self.fp = None
-        self.kind = info.kind
-        self.name = info.name
-        self.stage = info.stage
-        self.collective = info.collective
-        self.size_bytes = info.size_bytes
-        self.group_size = info.group_size
 
     op = property(lambda self: self.info.op)
+    kind = property(lambda self: self.info.kind)
+    name = property(lambda self: self.info.name)
+    stage = property(lambda self: self.info.stage)
+    collective = property(lambda self: self.info.collective)
+    size_bytes = property(lambda self: self.info.size_bytes)
+    group_size = property(lambda self: self.info.group_size)
 
 
 class _Stage:
@@ -159,6 +168,39 @@ class FastRun:
         self.trace: list | None = [] if eng.tracing else None   # engine trace entries (sim.engine format)
         self.log: list = []          # every communication operation, stage by stage (eng.comm_log)
         self.rows_of: dict = {}      # id(cross-stage handle of stage 0) -> its per-layer (row, column)
+        # trace arguments, filled later (sim.trace_args.annotate): each entry's last field is an empty
+        # dict, shared by every execution of one op, listed here with the reference and category that
+        # sim.trace_args makes the arguments of (a few thousand slots for 10^5 entries: the trace's
+        # entries are made once, in their final form)
+        self.slots: list = []
+        self.slot_of: dict = {}         # sim.trace_args.args_key -> its slot
+        self.kernel_slots: dict = {}    # id(a segment's cached op list) -> the slot of each op (None: comm)
+        self.op_slots: dict = {}        # id(kernel op) -> its slot
+        self.host_args = self.slot(None, "overhead") if self.trace is not None else None
+
+    def slot(self, ref, cat: str) -> dict:
+        """The argument dict of trace entries of `ref` in category `cat`: empty until annotate fills it,
+        one for all the entries whose arguments are equal (sim.trace_args.args_key)."""
+        key = args_key(ref, cat)
+        args = self.slot_of.get(key)
+        if args is None:
+            args = self.slot_of[key] = {}
+            self.slots.append((args, ref, cat))
+        return args
+
+    def _kernel_slots(self, ops: list) -> list:
+        """The argument slot of each kernel of a segment's op list (one per op, shared by segments)."""
+        got = self.kernel_slots.get(id(ops))
+        if got is None:
+            got = self.kernel_slots[id(ops)] = []
+            for op in ops:
+                args = None
+                if not op.is_comm:
+                    args = self.op_slots.get(id(op))
+                    if args is None:
+                        args = self.op_slots[id(op)] = self.slot(op, op.phase)
+                got.append(args)
+        return got
 
     # ---------------- helpers shared with the engine's rules ----------------
     def _est(self, key, groups, op) -> float:
@@ -211,7 +253,7 @@ class FastRun:
         if st.record:
             self.eng.layers[info.layer_row].exposed_s[info.column] += dt
         if self.trace is not None:
-            self.trace.append((st.stage, "compute", info.wait_name, st.clock, dt, "wait", h))
+            self.trace.append((st.stage, "compute", info.wait_name, st.clock, dt, "wait", info.wait_args))
         st.clock = h.done_s
 
     def _event_wait(self, st: _Stage, h: Handle, what):
@@ -236,7 +278,7 @@ class FastRun:
             if hasattr(stats, "pp_wait_s"):
                 stats.pp_wait_s += dt
             if self.trace is not None:
-                self.trace.append((st.stage, "compute", "wait pipeline", t0, dt, "wait", h))
+                self.trace.append((st.stage, "compute", "wait pipeline", t0, dt, "wait", self.slot(h, "wait")))
         else:
             early = min(max(0.0, h.rdv_s - t0), dt) if h.rdv_s == h.rdv_s else 0.0
             stats.bubble_s += early
@@ -248,7 +290,7 @@ class FastRun:
             if op is not None and st.record:
                 self.eng.layers[self.eng.row_key(op)].exposed_s[column_of(op)] += dt
             if self.trace is not None and dt > 0:
-                self.trace.append((st.stage, "compute", f"wait {h.name}", t0, dt, "wait", h))
+                self.trace.append((st.stage, "compute", f"wait {h.name}", t0, dt, "wait", self.slot(h, "wait")))
         st.clock = h.done_s
 
     def _wait(self, st: _Stage, h: Handle, what):
@@ -265,7 +307,8 @@ class FastRun:
         groups = eng._groups_for(op.group, st.stage)
         est = self._est((op.group, st.stage, op.collective, int(op.size_bytes)), groups, op)
         fp = eng.footprint(st.stage, op, groups, est) if eng.contention is not None else None
-        info = st.opinfo[id(op)] = _OpInfo(eng, st.stage, op, est, groups, fp, st.record)
+        info = st.opinfo[id(op)] = _OpInfo(eng, st.stage, op, est, groups, fp, st.record,
+                                           self.slot if self.trace is not None else None)
         return info
 
     def _issue_cross(self, st: _Stage, op, rc) -> Handle:
@@ -320,7 +363,8 @@ class FastRun:
                     ls.comm_bytes[col] += x.op.size_bytes
                     ls.comm_kind[col] = (x.op.collective, len(eng._groups_for(group, x.owner.stage)[0]))
                 if self.trace is not None:
-                    self.trace.append((x.stage, f"comm:{group}", x.name, x.start_s, x.done_s - x.start_s, "comm", x))
+                    self.trace.append((x.stage, f"comm:{group}", x.name, x.start_s, x.done_s - x.start_s, "comm",
+                                       self.slot(x, "comm")))
                 self._known(x)
             for x, _ in arrived:
                 owner, x.owner = x.owner, None
@@ -359,7 +403,7 @@ class FastRun:
         h.done_s = h.start_s + est
         st.stream_free[stream] = h.done_s
         if self.trace is not None:
-            self.trace.append((st.stage, f"comm:{stream}", h.name, h.start_s, est, "comm", h))
+            self.trace.append((st.stage, f"comm:{stream}", h.name, h.start_s, est, "comm", self.slot(h, "comm")))
         self._known(h)
 
     def _kernel_end(self, st: _Stage, op, t0: float, work: float) -> float:
@@ -402,6 +446,7 @@ class FastRun:
         per_kernel, gap = (hm.host_per_kernel_s, hm.kernel_gap_s) if hm is not None else (0.0, 0.0)
         for seg in st.segments:
             ops, durs, rows, explicit = self._segment_ops(st, seg)
+            kargs = self._kernel_slots(ops) if trace is not None else None
             if seg[0] == "end":
                 while st.deferred:       # gradient reductions deferred to finish_grad_sync
                     h, op = st.deferred[0]
@@ -448,7 +493,7 @@ class FastRun:
                     if t > clock:
                         if self.trace is not None and t - clock > gap * 1.5:
                             self.trace.append((st.stage, "compute", "host issue", clock, t - clock,
-                                               "overhead", None))
+                                               "overhead", self.host_args))
                         stats.overhead_s += t - clock
                         st.clock = t
                 if not op.is_comm:
@@ -465,7 +510,7 @@ class FastRun:
                         t1 = self._kernel_end(st, op, st.clock, dur)
                         dt = t1 - st.clock
                         if self.trace is not None:
-                            self.trace.append((st.stage, "compute", op.name, st.clock, dt, op.phase, op))
+                            self.trace.append((st.stage, "compute", op.name, st.clock, dt, op.phase, kargs[i]))
                         if st.record:
                             row, col = rows[i]
                             eng.layers[row].compute_s[col] += dt
@@ -474,7 +519,7 @@ class FastRun:
                         stats.slowdown_s += max(0.0, dt - dur)
                         continue
                     if self.trace is not None:
-                        self.trace.append((st.stage, "compute", op.name, st.clock, dur, op.phase, op))
+                        self.trace.append((st.stage, "compute", op.name, st.clock, dur, op.phase, kargs[i]))
                     if st.record:
                         row, col = rows[i]
                         eng.layers[row].compute_s[col] += dur
@@ -525,7 +570,7 @@ class FastRun:
                         ls.comm_bytes[col] += op.size_bytes
                         ls.comm_kind[col] = (info.collective, info.group_size)
                     if trace is not None:
-                        trace.append((st.stage, info.thread, info.name, start, est, "comm", h))
+                        trace.append((st.stage, info.thread, info.name, start, est, "comm", info.comm_args))
                     if op.blocking:
                         if done > clock:
                             self._fast_wait(st, h)
@@ -579,6 +624,8 @@ class FastRun:
             stuck = [st.stage for st in stages if st.gen.gi_frame is not None]
             raise SimError(f"simulation deadlocked: stage(s) {stuck} never finished (inconsistent workload)")
         eng.comm_log = self.log
+        if self.trace is not None:
+            eng.trace_slots = (self.trace, self.slots)     # sim.trace_args.annotate fills them
         rows, n_fast = self._rows()
         eng.bypassed += n_fast
         T = max(st.stats.end_s for st in stages)

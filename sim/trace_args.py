@@ -2,7 +2,8 @@
 
 The engine's trace entries are (stage, thread, name, start_s, dur_s, category, ref) with ref the
 ComputeOp of a kernel, the engine Handle of a communication or of a wait, or None. annotate() replaces
-ref by a plain dict, shared by every slice of the same op / operation kind:
+ref by a plain dict, shared by every slice of the same op / operation kind (sim.fastpath's entries hold
+that dict from the start, empty, one per args_key: annotate fills it in place):
 - kernel: kind, shape (dims), dtype, flops, bytes, provenance (compute_db source or "given"),
   time_alone_s (the kernel's time without communication in flight), layer, variant;
 - communication: collective, group (raw kind), group_size, size_bytes, algorithm and protocol (netsim's
@@ -27,6 +28,21 @@ def _algorithm(backend, collective: str, gpus: tuple, size_bytes: int) -> tuple[
 
 
 _HOST = {"cause": "kernel launch gap and host issue (sim.overheads)"}
+
+
+def args_key(ref, cat: str):
+    """A key shared by trace entries whose arguments annotate() makes equal (entries of category `cat`
+    referring to `ref`): sim.fastpath gives such entries one argument dict."""
+    if ref is None:
+        return ("h", cat == "overhead")
+    if not getattr(ref, "is_comm", True):
+        return ("k", id(ref))
+    if cat == "wait":
+        return ("w", ref.name, ref.kind)
+    if ref.stage < 0:
+        return ("x", id(ref))
+    return ("c", ref.stage, ref.kind, ref.collective, ref.size_bytes, ref.fast,
+            ref.peer_stage if ref.kind == "pp" else -1)
 
 
 def annotate(trace: list, times: dict, sources: dict, engine, backend) -> list:
@@ -60,10 +76,30 @@ def annotate(trace: list, times: dict, sources: dict, engine, backend) -> list:
             cache[key] = got
         return got
 
+    def args_of(ref, cat: str) -> dict | None:
+        if ref is None:
+            return _HOST if cat == "overhead" else None
+        if not getattr(ref, "is_comm", True):      # a kernel (workload ops); engine handles lack is_comm
+            return kernel_args(ref)
+        if cat == "wait":   # one dict per operation waited for, shared (trace.json encodes it once)
+            key = ("w", ref.name, ref.kind)
+            got = cache.get(key)
+            if got is None:
+                got = cache[key] = {"waits_for": ref.name, "group": ref.kind}
+            return got
+        return comm_args(ref) if ref.stage >= 0 else {"group": ref.kind}
+
+    slots = getattr(engine, "trace_slots", None)
+    if slots is not None:
+        # sim.fastpath's trace: its entries already hold their (empty, shared) argument dicts; filling
+        # those few thousand dicts annotates the 10^5 entries without making them again
+        for args, ref, cat in slots[1]:
+            if not args:
+                args.update(args_of(ref, cat) or ())
+        return trace
     # a ref's kind is its type's: 0 kernel (is_comm False: workload ops), 1 communication or wait (engine
     # handles lack is_comm: getattr with a default would raise and catch an exception per entry), 2 the
-    # same carrying `info` (sim.fastpath's records: every record of one info has the same arguments, so
-    # they are made once per info, not once per record; ~10^5 entries)
+    # same carrying `info` (records sharing one op's arguments: made once per info, not once per record)
     kind_of: dict[type, int] = {}
     comm_memo: dict[int, dict] = {}
     wait_memo: dict[int, dict] = {}
@@ -74,14 +110,8 @@ def annotate(trace: list, times: dict, sources: dict, engine, backend) -> list:
 
     def ref_args(ref, cat: str, share: int) -> dict:
         """Arguments of a communication or wait entry (memoised by `share`: the record's info or the ref)."""
-        if cat == "wait":   # one dict per operation waited for, shared (trace.json encodes it once)
-            key = ("w", ref.name, ref.kind)
-            args = cache.get(key)
-            if args is None:
-                args = cache[key] = {"waits_for": ref.name, "group": ref.kind}
-            wait_memo[share] = args
-        else:
-            args = comm_memo[share] = comm_args(ref) if ref.stage >= 0 else {"group": ref.kind}
+        args = args_of(ref, cat)
+        (wait_memo if cat == "wait" else comm_memo)[share] = args
         return args
 
     out = []
