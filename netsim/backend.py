@@ -449,6 +449,18 @@ class Planner:
             self._quick[qk] = got
         return got
 
+    def choice(self, req: CollectiveRequest) -> tuple[str, str]:
+        """(algorithm, protocol) that choose picks for `req`: taken from an earlier analytical_s of a
+        request with an equal quick key (the same choice, see quick_key) without routing the group,
+        else choose's."""
+        qk = self.quick_key(req) if self._quick else None
+        if qk is not None:
+            got = self._quick.get(qk)
+            if got is not None:
+                return got[1], got[2]
+        got = self.choose(req, qk is not None)
+        return got[3], got[4]
+
     def quick_key(self, req: CollectiveRequest) -> tuple | None:
         """A key of an automatic-choice request (validated here) that fixes its analytical_s without
         routing the group, or None (then analytical_s routes it). It holds the request's op and size,

@@ -23,8 +23,8 @@ def _algorithm(backend, collective: str, gpus: tuple, size_bytes: int) -> tuple[
         return "n/a", "n/a"
     from netsim.api import CollectiveRequest
     from netsim.calibration import PROTOCOL_NAMES
-    choice = planner.choose(CollectiveRequest(collective, tuple(gpus), max(int(size_bytes), 1)))
-    return str(choice[3]), str(PROTOCOL_NAMES.get(choice[4], choice[4]))
+    alg, proto = planner.choice(CollectiveRequest(collective, tuple(gpus), max(int(size_bytes), 1)))
+    return str(alg), str(PROTOCOL_NAMES.get(proto, proto))
 
 
 _HOST = {"cause": "kernel launch gap and host issue (sim.overheads)"}

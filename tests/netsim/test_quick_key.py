@@ -56,6 +56,22 @@ def test_analytical_s_equals_unshared_planner(name, kw, monkeypatch):
         assert hits > 0          # translated groups do share on SimAI's fabrics
 
 
+@pytest.mark.parametrize("name,kw", CASES[:2], ids=IDS[:2])
+def test_choice_from_the_quick_cache_equals_choose(name, kw):
+    # Planner.choice (the trace's algorithm/protocol arguments) answers from earlier analytical_s calls
+    t = build(name, **kw)
+    quick, plain = Planner(t), Planner(t)
+    groups = _groups(t.num_gpus, 5)
+    for gpus in groups[: len(groups) // 2]:
+        quick.analytical_s(CollectiveRequest("all_gather", gpus, 3 << 20))
+    served = 0
+    for i, gpus in enumerate(groups):
+        req = CollectiveRequest("all_gather", gpus, 3 << 20)
+        served += i >= len(groups) // 2 and quick._quick.get(quick.quick_key(req) or ()) is not None
+        assert quick.choice(req) == plain.choose(req)[3:5], gpus
+    assert served > 0      # groups never estimated were answered from a translated group's entry
+
+
 KEYED = [CASES[0], CASES[1], CASES[3]]      # alibaba-hpn's dual-plane GPUs have two network ports
 
 
