@@ -211,6 +211,7 @@ class EngineResult:
     # every stage representative's communication in issue order: Handles, and (FastOp, start_s, done_s,
     # exposed_s) tuples of blocking arithmetically timed ops (sim.simulation._collective_rows reads both)
     comm_log: list = field(default_factory=list)
+    collective_rows: list | None = None     # StepReport.collectives rows when sim.fastpath built them
 
 
 @dataclass
@@ -284,6 +285,7 @@ class Engine:
         self._send_reqs: dict | None = None if getattr(backend, "keep_records", True) else {}
         self.trace: list = []
         self.comm_log: list = []
+        self.trace_slots = None     # sim.fastpath: (trace, shared argument dicts) for sim.trace_args.annotate
         self.layers: dict = defaultdict(LayerStats)
         self.host = host
         self.contention = contention

@@ -325,7 +325,7 @@ def _simulate(workload, topology, *, gpu, network, db, placement, progress, samp
     }
     from sim.fastpath import no_cyclic_gc
     with no_cyclic_gc():    # 10^5 rows and trace entries on large runs
-        collective_rows = getattr(res, "collective_rows", None)     # sim.fastpath builds its own
+        collective_rows = res.collective_rows     # sim.fastpath builds its own
         if collective_rows is None:
             collective_rows = _collective_rows(res.comm_log, res.rep_ranks, eng.row_key)
         trace_events, link_load_data = res.trace, None
