@@ -102,6 +102,19 @@ class RoutedSpec:
     line_up_Bps: float
 
 
+def _route_key(spec: FlowSpec, spec_idx: int) -> tuple:
+    """What the routing of a spec depends on (the view's route cache key): index, PXN flag, hops, weights."""
+    return (spec_idx, spec.pxn, tuple(spec.hops), None if spec.weights is None else tuple(spec.weights))
+
+
+def _as_route_of(got: RoutedSpec, spec: FlowSpec) -> RoutedSpec:
+    """`got`'s route carried by `spec` (a spec with the same route key); `got` itself when it is spec's."""
+    if got.spec is spec:
+        return got
+    return RoutedSpec(spec, got.channels, got.weights, got.hop_class, got.hop_prop_s, got.switch_prop_s,
+                      got.line_up_Bps)
+
+
 def route_spec(view, spec: FlowSpec, spec_idx: int) -> RoutedSpec:
     """Route every hop of a FlowSpec (cached per group by the planner; shared by all protocols). The
     routing of a spec depends only on its hops, weights, PXN flag and index (the flow keys), so specs
@@ -109,12 +122,11 @@ def route_spec(view, spec: FlowSpec, spec_idx: int) -> RoutedSpec:
     cache = getattr(view, "_routed_specs", None)
     if cache is None:
         return _route_spec(view, spec, spec_idx)
-    key = (spec_idx, spec.pxn, tuple(spec.hops), None if spec.weights is None else tuple(spec.weights))
+    key = _route_key(spec, spec_idx)
     got = cache.get(key)
     if got is None:
         got = cache[key] = _route_spec(view, spec, spec_idx)
-    return RoutedSpec(spec, got.channels, got.weights, got.hop_class, got.hop_prop_s, got.switch_prop_s,
-                      got.line_up_Bps)
+    return _as_route_of(got, spec)
 
 
 def route_specs(view, specs: list[FlowSpec]) -> list[RoutedSpec]:
@@ -126,11 +138,10 @@ def route_specs(view, specs: list[FlowSpec]) -> list[RoutedSpec]:
     todo: list[int] = []
     for i, spec in enumerate(specs):
         if cache is not None:
-            key = keys[i] = (i, spec.pxn, tuple(spec.hops), None if spec.weights is None else tuple(spec.weights))
+            key = keys[i] = _route_key(spec, i)
             got = cache.get(key)
             if got is not None:
-                out[i] = RoutedSpec(spec, got.channels, got.weights, got.hop_class, got.hop_prop_s,
-                                    got.switch_prop_s, got.line_up_Bps)
+                out[i] = _as_route_of(got, spec)
                 continue
         todo.append(i)
     batch = [i for i in todo if _ring_like(view, specs[i])]
@@ -143,9 +154,7 @@ def route_specs(view, specs: list[FlowSpec]) -> list[RoutedSpec]:
             got = _route_hops(view, specs[i], i)
         if cache is not None:
             cache[keys[i]] = got
-        # a fresh route already carries specs[i] (_route_hops, _route_ring_like_many): no copy
-        out[i] = got if got.spec is specs[i] else RoutedSpec(
-            specs[i], got.channels, got.weights, got.hop_class, got.hop_prop_s, got.switch_prop_s, got.line_up_Bps)
+        out[i] = _as_route_of(got, specs[i])     # a fresh route already carries specs[i]: no copy
     return out
 
 
@@ -167,11 +176,10 @@ def route_specs_many(view, spec_lists: list[list[FlowSpec]]) -> list[list[Routed
     pending: dict[tuple, list[tuple[int, int]]] = {}      # routing key -> (list, index) of specs to route
     for j, specs in enumerate(spec_lists):
         for i, spec in enumerate(specs):
-            key = (i, spec.pxn, tuple(spec.hops), None if spec.weights is None else tuple(spec.weights))
+            key = _route_key(spec, i)
             got = cache.get(key) if cache is not None else None
             if got is not None:
-                out[j][i] = RoutedSpec(spec, got.channels, got.weights, got.hop_class, got.hop_prop_s,
-                                       got.switch_prop_s, got.line_up_Bps)
+                out[j][i] = _as_route_of(got, spec)
                 continue
             at = pending.get(key)
             if at is None:
@@ -200,9 +208,7 @@ def route_specs_many(view, spec_lists: list[list[FlowSpec]]) -> list[list[Routed
         if cache is not None:
             cache[key] = got
         for j, i in at:
-            spec = spec_lists[j][i]
-            out[j][i] = got if got.spec is spec else RoutedSpec(
-                spec, got.channels, got.weights, got.hop_class, got.hop_prop_s, got.switch_prop_s, got.line_up_Bps)
+            out[j][i] = _as_route_of(got, spec_lists[j][i])
     return out
 
 

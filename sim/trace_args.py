@@ -32,11 +32,17 @@ _HOST = {"cause": "kernel launch gap and host issue (sim.overheads)"}
 
 def args_key(ref, cat: str):
     """A key shared by trace entries whose arguments annotate() makes equal (entries of category `cat`
-    referring to `ref`): sim.fastpath gives such entries one argument dict."""
+    referring to `ref`): annotate shares one dict per key, and sim.fastpath gives such entries one
+    argument dict from the start."""
     if ref is None:
         return ("h", cat == "overhead")
     if not getattr(ref, "is_comm", True):
         return ("k", id(ref))
+    return _comm_key(ref, cat)
+
+
+def _comm_key(ref, cat: str) -> tuple:
+    """args_key of a communication or wait entry."""
     if cat == "wait":
         return ("w", ref.name, ref.kind)
     if ref.stage < 0:
@@ -46,34 +52,25 @@ def args_key(ref, cat: str):
 
 
 def annotate(trace: list, times: dict, sources: dict, engine, backend) -> list:
-    """The trace with each entry's last element replaced by its argument dict (None for host issue)."""
+    """The trace with each entry's last element replaced by its argument dict (None for host issue);
+    entries with one args_key share one dict (trace.json encodes it once)."""
     cache: dict = {}
 
     def kernel_args(op) -> dict:
-        got = cache.get(id(op))
+        key = ("k", id(op))
+        got = cache.get(key)
         if got is None:
-            got = cache[id(op)] = {
+            got = cache[key] = {
                 "kind": op.kind, "shape": dict(op.shape), "dtype": op.dtype, "flops": float(op.flops),
                 "bytes": float(op.bytes), "provenance": sources.get(id(op), "n/a"),
                 "time_alone_s": times.get(id(op)), "layer": op.layer, "variant": op.variant}
         return got
 
-    def comm_args(h) -> dict:
-        pp = h.kind == "pp"
-        key = ("c", h.stage, h.kind, h.collective, h.size_bytes, h.fast, h.peer_stage if pp else -1)
+    def comm_args(h, cat: str) -> dict:
+        key = _comm_key(h, cat)
         got = cache.get(key)
         if got is None:
-            if pp:
-                gpus = engine._pp_pairs(h.stage, h.peer_stage)[0]
-            else:
-                gpus = engine._groups_for(h.kind, h.stage)[0]
-            alg, proto = _algorithm(backend, h.collective, gpus, h.size_bytes)
-            got = {"collective": h.collective, "group": h.kind, "group_size": h.group_size,
-                   "size_bytes": h.size_bytes, "algorithm": alg, "protocol": proto,
-                   "timing": "estimate" if h.fast else "network", "stage": h.stage}
-            if pp:
-                got["peer_stage"] = h.peer_stage
-            cache[key] = got
+            got = cache[key] = _comm_dict(h, cat, engine, backend)
         return got
 
     def args_of(ref, cat: str) -> dict | None:
@@ -81,13 +78,7 @@ def annotate(trace: list, times: dict, sources: dict, engine, backend) -> list:
             return _HOST if cat == "overhead" else None
         if not getattr(ref, "is_comm", True):      # a kernel (workload ops); engine handles lack is_comm
             return kernel_args(ref)
-        if cat == "wait":   # one dict per operation waited for, shared (trace.json encodes it once)
-            key = ("w", ref.name, ref.kind)
-            got = cache.get(key)
-            if got is None:
-                got = cache[key] = {"waits_for": ref.name, "group": ref.kind}
-            return got
-        return comm_args(ref) if ref.stage >= 0 else {"group": ref.kind}
+        return comm_args(ref, cat)
 
     slots = getattr(engine, "trace_slots", None)
     if slots is not None:
@@ -97,23 +88,9 @@ def annotate(trace: list, times: dict, sources: dict, engine, backend) -> list:
             if not args:
                 args.update(args_of(ref, cat) or ())
         return trace
-    # a ref's kind is its type's: 0 kernel (is_comm False: workload ops), 1 communication or wait (engine
-    # handles lack is_comm: getattr with a default would raise and catch an exception per entry), 2 the
-    # same carrying `info` (records sharing one op's arguments: made once per info, not once per record)
-    kind_of: dict[type, int] = {}
-    comm_memo: dict[int, dict] = {}
-    wait_memo: dict[int, dict] = {}
-
-    def type_kind(ref) -> int:
-        kind = kind_of[type(ref)] = (0 if not getattr(ref, "is_comm", True) else 2 if hasattr(ref, "info") else 1)
-        return kind
-
-    def ref_args(ref, cat: str, share: int) -> dict:
-        """Arguments of a communication or wait entry (memoised by `share`: the record's info or the ref)."""
-        args = args_of(ref, cat)
-        (wait_memo if cat == "wait" else comm_memo)[share] = args
-        return args
-
+    # a ref is a kernel by its type (is_comm False: workload ops); engine handles lack is_comm, and
+    # getattr with a default would raise and catch an exception per entry (~10^5 entries)
+    is_kernel: dict[type, bool] = {}
     out = []
     append = out.append
     if not all(map((7).__eq__, map(len, trace))):
@@ -122,16 +99,29 @@ def annotate(trace: list, times: dict, sources: dict, engine, backend) -> list:
         if ref is None:
             args = _HOST if cat == "overhead" else None
         else:
-            kind = kind_of.get(type(ref))
-            if kind is None:
-                kind = type_kind(ref)
-            if kind == 0:
-                args = cache.get(id(ref)) or kernel_args(ref)
-            else:
-                share = id(ref.info) if kind == 2 else id(ref)
-                args = (wait_memo if cat == "wait" else comm_memo).get(share) or ref_args(ref, cat, share)
+            kernel = is_kernel.get(type(ref))
+            if kernel is None:
+                kernel = is_kernel[type(ref)] = not getattr(ref, "is_comm", True)
+            args = kernel_args(ref) if kernel else comm_args(ref, cat)
         append((stage, thread, name, start, dur, cat, args))
     return out
+
+
+def _comm_dict(h, cat: str, engine, backend) -> dict:
+    """Arguments of a communication entry (see the module docstring), of a wait, or of a cross-stage
+    operation (stage < 0: its group only)."""
+    if cat == "wait":
+        return {"waits_for": h.name, "group": h.kind}
+    if h.stage < 0:
+        return {"group": h.kind}
+    pp = h.kind == "pp"
+    gpus = engine._pp_pairs(h.stage, h.peer_stage)[0] if pp else engine._groups_for(h.kind, h.stage)[0]
+    alg, proto = _algorithm(backend, h.collective, gpus, h.size_bytes)
+    got = {"collective": h.collective, "group": h.kind, "group_size": h.group_size, "size_bytes": h.size_bytes,
+           "algorithm": alg, "protocol": proto, "timing": "estimate" if h.fast else "network", "stage": h.stage}
+    if pp:
+        got["peer_stage"] = h.peer_stage
+    return got
 
 
 LINK_SERIES_KEPT = 32    # hottest links kept on a traced report; the trace shows the first N of them

@@ -72,7 +72,7 @@ class _Info:
 
 
 class _Rec:
-    """A stand-in for sim.fastpath's records: engine-handle fields plus the shared `info`."""
+    """A stand-in for an engine handle (`info` is ignored: records with equal fields share one dict)."""
     fast = True
     peer_stage = -1
 
