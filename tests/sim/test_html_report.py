@@ -401,6 +401,11 @@ def _shot_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
+# Under pytest-xdist (`-n 2 --dist loadgroup`, .ci/run) the browser tests share one worker: two headless
+# Chromiums at once on the 2-core CI machine once left a DevTools call unanswered for 60 s.
+CHROMIUM_ONE_AT_A_TIME = pytest.mark.xdist_group("chromium")
+
+
 def _check_png(png: bytes) -> None:
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20000
     from PIL import Image
@@ -411,6 +416,7 @@ def _check_png(png: bytes) -> None:
 
 
 @pytest.mark.slow
+@CHROMIUM_ONE_AT_A_TIME
 @pytest.mark.parametrize("which", ["run", "compare", "serve", "cluster"])
 def test_report_in_headless_chromium(which, request, tmp_path):
     exe = find_chromium()
@@ -447,6 +453,7 @@ def test_report_in_headless_chromium(which, request, tmp_path):
 
 
 @pytest.mark.slow
+@CHROMIUM_ONE_AT_A_TIME
 def test_browser_check_sees_errors_and_requests(tmp_path):
     """The negative control: a page with a console error, an exception and two fetches is caught."""
     exe = find_chromium()
