@@ -142,3 +142,56 @@ def test_elementwise_kernel_adds_two_inputs_in_both_directions(variant):
     a, b = torch.randn(n, generator=g), torch.randn(n, generator=g)
     assert isinstance(out, torch.Tensor) and not out.requires_grad
     assert torch.equal(out, a + b)
+
+
+class _FakeCuda:
+    """A GPU timeline for time_kernel: _sleep advances it at 1 GHz, each kernel call by 2 us; the log keeps
+    the order in which the host queued things."""
+
+    def __init__(self):
+        self.now_ms = 0.0
+        self.log = []
+        cuda = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.t = None
+
+            def record(self):
+                self.t = cuda.now_ms
+                cuda.log.append("rec")
+
+            def elapsed_time(self, other):
+                return other.t - self.t
+
+        self.Event = Event
+
+    def synchronize(self):
+        self.log.append("sync")
+
+    def _sleep(self, cycles):
+        self.now_ms += cycles / 1e6
+        self.log.append(("sleep", cycles))
+
+    def kernel(self):
+        self.now_ms += 0.002
+        self.log.append("call")
+
+
+def test_cuda_timing_queues_each_chunk_behind_a_busy_wait():
+    """No sample may include the GPU waiting for the host to launch: each chunk of at most CUDA_CHUNK
+    calls is queued while a busy-wait kernel holds the GPU, and the samples are the kernels' own times."""
+    cuda = _FakeCuda()
+    torch = type("T", (), {"cuda": cuda})()
+    samples = measure.time_kernel(torch, cuda.kernel, "cuda", warmup=1, repeats=20)
+    assert samples.shape == (20,) and np.allclose(samples, 2e-6)
+    timed = cuda.log[cuda.log.index(("sleep", 1_000_000)) + 3:]      # after the rate calibration
+    chunks = []
+    for item in timed:
+        if isinstance(item, tuple):
+            assert item[0] == "sleep" and item[1] > 0
+            chunks.append([])
+        elif item != "sync":
+            chunks[-1].append(item)
+    assert [len(c) // 3 for c in chunks] == [8, 8, 4]
+    assert all(c == ["rec", "call", "rec"] * (len(c) // 3) for c in chunks)
