@@ -42,6 +42,10 @@ def register(subparsers) -> None:
     m.add_argument("--repeats", type=int, default=10, help="timed calls per kernel (default 10)")
     m.add_argument("--max-kernels", type=int, default=None, help="measure at most N distinct kernels")
     m.add_argument("--kinds", help="comma-separated kernel kinds to measure (default all)")
+    m.add_argument("--fused", action="store_true",
+                   help="compile rotary, SwiGLU/GELU, norms, softmax, cross-entropy and router top-k with "
+                        "torch.compile into one kernel each, as fused training/serving stacks run them "
+                        "(CUDA only; rows filed under source aiob-runner-fused)")
     m.add_argument("--max-gb", type=float, default=None,
                    help="skip kernels needing more memory than this (default 70%% of GPU memory; CPU 2 GB)")
     s = m.add_argument_group("serving kernels (--serving)")
@@ -509,7 +513,7 @@ def cmd_measure_serving(args) -> int:
               + f" kernels ({len(keys)} to measure)", file=sys.stderr)
         rows, skipped = measure.measure_keys(
             keys, device=args.device, warmup=args.warmup, repeats=args.repeats, gpu_name=args.gpu_name,
-            max_bytes=None if args.max_gb is None else args.max_gb * 1e9, progress=progress)
+            max_bytes=None if args.max_gb is None else args.max_gb * 1e9, progress=progress, fused=args.fused)
         # written per degree: an interrupted run keeps what it measured
         plain, series = store.pack_series(rows)
         store.write_data(args.db, plain, series)
@@ -551,7 +555,7 @@ def cmd_measure(args) -> int:
     rows, skipped = measure.measure_keys(
         keys, device=args.device, warmup=args.warmup, repeats=args.repeats, gpu_name=args.gpu_name,
         max_bytes=None if args.max_gb is None else args.max_gb * 1e9,
-        progress=(lambda _k: bar.update(1)) if bar is not None else None)
+        progress=(lambda _k: bar.update(1)) if bar is not None else None, fused=args.fused)
     if bar is not None:
         bar.close()
     n = store.write_rows(args.db, rows)

@@ -110,8 +110,18 @@ def _torch_dtype(torch, dtype: str):
             "fp8": getattr(torch, "float8_e4m3fn", None)}[dtype]
 
 
-def build_kernel(torch, key: KernelKey, device: str) -> Callable[[], object]:
-    """A zero-argument callable running the kernel of `key` once (tensors allocated here)."""
+# memory-bound kinds that eager PyTorch runs as several kernels (rotary six, SwiGLU two, cross-entropy
+# two) where training and serving stacks (Apex, Transformer Engine, vLLM) run one fused kernel
+FUSED_KINDS = frozenset({"rotary", "swiglu", "gelu", "rmsnorm", "layernorm", "softmax", "cross_entropy",
+                         "router_topk"})
+RUNNER_SOURCE = "aiob-runner"
+FUSED_SOURCE = "aiob-runner-fused"
+
+
+def build_kernel(torch, key: KernelKey, device: str, fused: bool = False) -> Callable[[], object]:
+    """A zero-argument callable running the kernel of `key` once (tensors allocated here). fused: kinds of
+    FUSED_KINDS go through torch.compile (one generated kernel per direction, as the fused stacks run them;
+    compiled on first call)."""
     F = torch.nn.functional
     dt = _torch_dtype(torch, key.dtype)
     if key.dtype == "fp8":
@@ -128,6 +138,15 @@ def build_kernel(torch, key: KernelKey, device: str) -> Callable[[], object]:
         out = fwd()
         grad = torch.ones_like(out) if out.dim() == 0 else torch.randn_like(out)
         return lambda: torch.autograd.grad(out, inputs, grad, retain_graph=True)
+
+    def run(fwd: Callable[[], object], inputs: list):
+        """fwd, or its backward with respect to inputs; compiled first when fusing (see FUSED_KINDS)."""
+        if fused and k in FUSED_KINDS:
+            # every key of a kind runs the same code object: without a reset, dynamo would count each new
+            # shape as a recompilation and fail at its limit (8)
+            torch._dynamo.reset()
+            fwd = torch.compile(fwd, dynamic=False, fullgraph=True)
+        return autograd_bwd(fwd, inputs) if bwd else fwd
 
     bwd = key.variant == "bwd"
     k = key.kind
@@ -162,7 +181,7 @@ def build_kernel(torch, key: KernelKey, device: str) -> Callable[[], object]:
         causal = key.causal and k == "flash_attn"    # a decode query attends to every cached token
         # grouped-query K/V are read as they are (enable_gqa): no expanded copy inside the timed call
         fwd = lambda: F.scaled_dot_product_attention(q, kt, v, is_causal=causal, enable_gqa=h != kvh)  # noqa: E731
-        return autograd_bwd(fwd, [q, kt, v]) if bwd else fwd
+        return run(fwd, [q, kt, v])
     if k in ("layernorm", "rmsnorm"):
         x = rnd(d["tokens"], d["hidden"], grad=bwd)
         w = rnd(d["hidden"], grad=bwd)
@@ -173,7 +192,7 @@ def build_kernel(torch, key: KernelKey, device: str) -> Callable[[], object]:
         else:
             fwd = lambda: F.rms_norm(x, (d["hidden"],), w)  # noqa: E731
             params = [x, w]
-        return autograd_bwd(fwd, params) if bwd else fwd
+        return run(fwd, params)
     if k in ("gelu", "swiglu"):
         if k == "gelu":
             x = rnd(d["tokens"], d["width"], grad=bwd)
@@ -184,7 +203,7 @@ def build_kernel(torch, key: KernelKey, device: str) -> Callable[[], object]:
             def fwd():
                 a, b2 = x.chunk(2, dim=-1)
                 return F.silu(a) * b2
-        return autograd_bwd(fwd, [x]) if bwd else fwd
+        return run(fwd, [x])
     if k == "rotary":
         x = rnd(d["tokens"], d["heads"], d["head_dim"], grad=bwd)
         cos = rnd(d["tokens"], 1, d["head_dim"])
@@ -193,13 +212,13 @@ def build_kernel(torch, key: KernelKey, device: str) -> Callable[[], object]:
         def fwd():
             x1, x2 = x.chunk(2, dim=-1)
             return x * cos + torch.cat((-x2, x1), dim=-1) * sin
-        return autograd_bwd(fwd, [x]) if bwd else fwd
+        return run(fwd, [x])
     if k in ("dropout", "elementwise"):
         a = rnd(d["numel"], grad=bwd and k == "dropout")
         b2 = rnd(d["numel"])
         if k == "dropout":
             fwd = lambda: F.dropout(a, 0.1, training=True)  # noqa: E731
-            return autograd_bwd(fwd, [a]) if bwd else fwd
+            return run(fwd, [a])
         # no autograd for bwd: an add's backward launches no kernel (dy passes through), so autograd would
         # time only the engine's host overhead. The bwd key's work (keys.work: two inputs, one output,
         # e.g. a gradient accumulation) is the same kernel as fwd's.
@@ -211,24 +230,24 @@ def build_kernel(torch, key: KernelKey, device: str) -> Callable[[], object]:
     if k == "softmax":
         x = rnd(d["rows"], d["cols"], grad=bwd)
         fwd = lambda: torch.softmax(x, dim=-1)  # noqa: E731
-        return autograd_bwd(fwd, [x]) if bwd else fwd
+        return run(fwd, [x])
     if k == "embedding":
         table = rnd(d["vocab"], d["hidden"], grad=bwd)
         idx = torch.randint(0, d["vocab"], (d["tokens"],), generator=g).to(device)
         fwd = lambda: F.embedding(idx, table)  # noqa: E731
-        return autograd_bwd(fwd, [table]) if bwd else fwd
+        return run(fwd, [table])
     if k == "cross_entropy":
         logits = rnd(d["tokens"], d["vocab"], dtype=torch.float32, grad=bwd)
         target = torch.randint(0, d["vocab"], (d["tokens"],), generator=g).to(device)
         fwd = lambda: F.cross_entropy(logits, target)  # noqa: E731
-        return autograd_bwd(fwd, [logits]) if bwd else fwd
+        return run(fwd, [logits])
     if k == "router_topk":
         logits = rnd(d["tokens"], d["experts"], dtype=torch.float32, grad=bwd)
 
         def fwd():
             probs = torch.softmax(logits, dim=-1)
             return torch.topk(probs, d["topk"], dim=-1).values
-        return autograd_bwd(fwd, [logits]) if bwd else fwd
+        return run(fwd, [logits])
     if k in ("permute", "unpermute"):
         t, hdim, topk = d["tokens"], d["hidden"], d["topk"]
         order = torch.randperm(t * topk, generator=g).to(device)
@@ -236,13 +255,13 @@ def build_kernel(torch, key: KernelKey, device: str) -> Callable[[], object]:
             x = rnd(t, hdim, grad=bwd)
             src_rows = order // topk
             fwd = lambda: x.index_select(0, src_rows)  # noqa: E731
-            return autograd_bwd(fwd, [x]) if bwd else fwd
+            return run(fwd, [x])
         y = rnd(t * topk, hdim, grad=bwd)
         dst_rows = order // topk
 
         def fwd():
             return torch.zeros(t, hdim, dtype=y.dtype, device=device).index_add(0, dst_rows, y)
-        return autograd_bwd(fwd, [y]) if bwd else fwd
+        return run(fwd, [y])
     if k == "optimizer":
         p = d["params"]
         param, grad_ = rnd(p, dtype=torch.float32), rnd(p, dtype=torch.float32)
@@ -305,6 +324,7 @@ def _time_cuda(torch, fn: Callable[[], object], repeats: int) -> np.ndarray:
         fn()
         fn()
         host_s = (time.perf_counter() - t0) / 2     # host time to queue one call
+        sleep(1_000)            # loads the busy-wait kernel (lazily loaded modules): not in the rate below
         cu.synchronize()
         start, end = cu.Event(enable_timing=True), cu.Event(enable_timing=True)
         start.record()
@@ -329,8 +349,10 @@ def _time_cuda(torch, fn: Callable[[], object], repeats: int) -> np.ndarray:
 
 def measure_keys(keys: Iterable[KernelKey], *, device: str = "auto", warmup: int = 3, repeats: int = 10,
                  gpu_name: str | None = None, max_bytes: float | None = None,
-                 progress: Callable[[KernelKey], None] | None = None) -> tuple[list[KernelRow], list[str]]:
-    """Measure kernels; returns (rows, skipped 'key: reason' lines). Needs torch (the aiob extra)."""
+                 progress: Callable[[KernelKey], None] | None = None,
+                 fused: bool = False) -> tuple[list[KernelRow], list[str]]:
+    """Measure kernels; returns (rows, skipped 'key: reason' lines). Needs torch (the aiob extra).
+    fused: FUSED_KINDS compiled with torch.compile (GPU only); their rows are filed under FUSED_SOURCE."""
     if warmup < 0 or repeats < 1:
         raise ComputeDBError("--warmup must be >= 0 and --repeats >= 1")
     torch = require_torch()
@@ -340,6 +362,8 @@ def measure_keys(keys: Iterable[KernelKey], *, device: str = "auto", warmup: int
         raise ComputeDBError("--device cuda: no CUDA device visible to torch")
     if device != "cpu" and not device.startswith("cuda"):
         raise ComputeDBError(f"--device must be auto, cpu or cuda[:N], got '{device}'")
+    if fused and not device.startswith("cuda"):
+        raise ComputeDBError("--fused needs a CUDA device (torch.compile generates the fused kernels with Triton)")
     if gpu_name:
         from compute_db.gpus import canonical_name
         try:
@@ -364,9 +388,13 @@ def measure_keys(keys: Iterable[KernelKey], *, device: str = "auto", warmup: int
             skipped.append(f"{key.text()}: fp8 is measured only for GEMMs on a GPU (torch._scaled_mm)")
             continue
         try:
-            fn = build_kernel(torch, key, device)
+            fn = build_kernel(torch, key, device, fused)
+            if fused and key.kind in FUSED_KINDS:
+                fn()         # compiles: never inside a timed call, whatever --warmup says
             samples = time_kernel(torch, fn, device, warmup, repeats)
-        except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:
+        except Exception as exc:    # noqa: BLE001 - torch's and torch.compile's failures have no common base
+            if not isinstance(exc, (RuntimeError, TypeError, ValueError, NotImplementedError)) and not fused:
+                raise
             skipped.append(f"{key.text()}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
             if device.startswith("cuda"):
                 torch.cuda.empty_cache()
@@ -379,6 +407,7 @@ def measure_keys(keys: Iterable[KernelKey], *, device: str = "auto", warmup: int
         rows.append(KernelRow(
             gpu=info.gpu, key=key, mean_s=float(kept.mean()), median_s=float(np.median(kept)),
             min_s=float(kept.min()), std_s=float(kept.std()) if kept.size > 1 else 0.0,
-            samples=int(kept.size), provenance="measured", source="aiob-runner", device=info.device,
+            samples=int(kept.size), provenance="measured",
+            source=FUSED_SOURCE if fused and key.kind in FUSED_KINDS else RUNNER_SOURCE, device=info.device,
             driver=info.driver, torch=info.torch, cuda=info.cuda, date=date))
     return rows, skipped

@@ -117,6 +117,7 @@ def test_measure_cli_on_tiny_workload(tmp_path, monkeypatch):
     (["--kinds", "grouped_gemm"], "--kinds: the workload has no kernels of kind(s) grouped_gemm"),
     (["--max-gb", "-1"], "--max-gb: must be > 0"),
     (["--max-kernels", "0"], "--max-kernels: must be >= 1"),
+    (["--fused"], "--fused needs a CUDA device (torch.compile generates the fused kernels with Triton)"),
 ])
 def test_measure_rejects_options_that_select_nothing(tmp_path, monkeypatch, capsys, extra, needle):
     pytest.importorskip("torch")
@@ -186,6 +187,7 @@ def test_cuda_timing_queues_each_chunk_behind_a_busy_wait():
     samples = measure.time_kernel(torch, cuda.kernel, "cuda", warmup=1, repeats=20)
     assert samples.shape == (20,) and np.allclose(samples, 2e-6)
     timed = cuda.log[cuda.log.index(("sleep", 1_000_000)) + 3:]      # after the rate calibration
+    assert cuda.log.index(("sleep", 1_000)) < cuda.log.index(("sleep", 1_000_000))   # loaded before it
     chunks = []
     for item in timed:
         if isinstance(item, tuple):
@@ -195,3 +197,31 @@ def test_cuda_timing_queues_each_chunk_behind_a_busy_wait():
             chunks[-1].append(item)
     assert [len(c) // 3 for c in chunks] == [8, 8, 4]
     assert all(c == ["rec", "call", "rec"] * (len(c) // 3) for c in chunks)
+
+
+@pytest.mark.parametrize("kind,variant,dims,compiled", [
+    ("rotary", "fwd", {"tokens": 4, "heads": 2, "head_dim": 8}, True),
+    ("swiglu", "bwd", {"tokens": 4, "width": 8}, True),
+    ("cross_entropy", "fwd", {"tokens": 4, "vocab": 16}, True),
+    ("gemm", "fwd", {"m": 4, "n": 8, "k": 16}, False),             # one cuBLAS call already
+    ("elementwise", "fwd", {"numel": 64}, False),                    # one kernel already
+])
+def test_fused_mode_compiles_the_multi_kernel_kinds_only(monkeypatch, kind, variant, dims, compiled):
+    torch = pytest.importorskip("torch")
+    calls = []
+
+    def fake_compile(fn, **kw):
+        calls.append(kw)
+        return fn
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    key = make_key(kind, variant, dims, "fp32")
+    outs = []
+    for fused in (True, False):
+        with torch.random.fork_rng():
+            torch.manual_seed(0)        # a backward's upstream gradient is drawn from the global generator
+            outs.append(measure.build_kernel(torch, key, "cpu", fused=fused)())
+    fused, plain = outs
+    assert calls == ([{"dynamic": False, "fullgraph": True}] if compiled else [])
+    assert (kind in measure.FUSED_KINDS) == compiled
+    for a, b in zip(fused if isinstance(fused, tuple) else (fused,), plain if isinstance(plain, tuple) else (plain,)):
+        assert torch.equal(a, b)         # the same computation on the same tensors
