@@ -48,6 +48,11 @@ _RELABELLED = frozenset({("all_reduce", "ring"), ("all_gather", "ring"), ("reduc
                          ("all_reduce", "tree")})
 
 
+# From this many hops (all specs of a group), _build_specs relabels a template's hops with numpy
+# arrays; below, numpy's per-call overhead is more than a plain list comprehension's
+_RELABEL_ARRAY_HOPS = 64
+
+
 def _canonical_specs(sizes: tuple[int, ...], domains: int, op: str, alg: str) -> list:
     """build_specs of the canonical group of these unit sizes (GPU i = the i-th GPU of the units in
     order), the template every group of the same unit sizes is relabelled from (_RELABELLED)."""
@@ -67,6 +72,19 @@ def _pair_shape(view, gpus: tuple[int, ...]) -> GroupShape:
     else:
         servers = [[a], [b]]
     return GroupShape(gpus, servers, 1 if view.domain_of(a) == view.domain_of(b) else 2)
+
+
+def _flow_fields(flows) -> list[tuple]:
+    """Per flow, what a route signature reads of it besides its channels (sim.engine.route_components):
+    weights (tuple), frac, latency_s, cap_Bps, deps, after, nch, fill_stages, fill_chunk."""
+    return [(tuple(f.weights.tolist()), f.frac, f.latency_s, f.cap_Bps, f.deps, f.after, f.nch, f.fill_stages,
+             f.fill_chunk) for f in flows]
+
+
+def _plan_parts(plan, alg: str, proto: str, size: float) -> tuple:
+    """(header, flow fields) of a call of `size` on `plan` (Planner.call_parts_many)."""
+    delay, mult = plan.timing(size)
+    return (alg, proto, delay, mult, len(plan.flows)), _flow_fields(plan.flows)
 
 
 @dataclass
@@ -146,6 +164,8 @@ class Planner:
         self._templates: dict[tuple, CollectivePlan] = {}
         self._ckeys: dict[tuple, tuple] = {}        # choice_key by (op, algorithms, group)
         self._spec_tmpl: dict[tuple, list] = {}     # _build_specs: canonical specs by (op, alg, unit sizes)
+        self._spec_idx: dict[tuple, tuple] = {}     # _build_specs: those specs with their hops as index arrays
+        self._parts: dict[tuple, tuple] = {}        # call_parts_many: (template, header, flow fields) by (id, size)
         self._cap_list: list[float] | None = None
         self._quick: dict[tuple, tuple[float, str, str]] = {}     # analytical_s by quick_key
         self._quick_sigs: dict[tuple, tuple | None] = {}         # _quick_signature by (op, alg, group)
@@ -302,12 +322,24 @@ class Planner:
             return build_specs(shape, op, alg, 1.0)
         sizes = tuple(len(s) for s in shape.servers)
         tkey = (op, alg, sizes)
-        tmpl = self._spec_tmpl.get(tkey)
+        tmpl = self._spec_idx.get(tkey)
         if tmpl is None:
-            tmpl = self._spec_tmpl[tkey] = _canonical_specs(sizes, shape.domains, op, alg)
-        flat = [g for s in shape.servers for g in s]
-        return [FlowSpec([(flat[a], flat[b]) for a, b in t.hops], t.nbytes, t.steps, t.deps, t.weights, t.nvls,
-                         t.pxn, t.after, t.ring, t.lat_stages, t.share, t.fill) for t in tmpl]
+            specs = self._spec_tmpl.get(tkey)
+            if specs is None:
+                specs = self._spec_tmpl[tkey] = _canonical_specs(sizes, shape.domains, op, alg)
+            # every hop's (source, destination) canonical index, all specs end to end, and the bounds
+            ends = np.cumsum([0] + [len(t.hops) for t in specs]).tolist()
+            idx = np.array([ab for t in specs for ab in t.hops], dtype=np.int64).reshape(-1, 2)
+            tmpl = self._spec_idx[tkey] = (specs, idx[:, 0].copy(), idx[:, 1].copy(), ends)
+        specs, src, dst, ends = tmpl
+        if ends[-1] < _RELABEL_ARRAY_HOPS:
+            flat = [g for s in shape.servers for g in s]
+            return [FlowSpec([(flat[a], flat[b]) for a, b in t.hops], t.nbytes, t.steps, t.deps, t.weights, t.nvls,
+                             t.pxn, t.after, t.ring, t.lat_stages, t.share, t.fill) for t in specs]
+        flat = np.fromiter((g for s in shape.servers for g in s), dtype=np.int64, count=shape.n)
+        hops = list(zip(flat[src].tolist(), flat[dst].tolist()))     # (GPU, GPU) tuples of Python ints
+        return [FlowSpec(hops[ends[i]:ends[i + 1]], t.nbytes, t.steps, t.deps, t.weights, t.nvls, t.pxn, t.after,
+                         t.ring, t.lat_stages, t.share, t.fill) for i, t in enumerate(specs)]
 
     def call_many(self, reqs) -> list[tuple]:
         """[call(req) for req in reqs], with the specs of every candidate algorithm of the groups not
@@ -323,6 +355,42 @@ class Planner:
         if checked:
             self._preroute(todo)     # validates every request not seen before
         return [self.call(r, checked) for r in reqs]
+
+    def call_parts_many(self, reqs) -> list[tuple]:
+        """What call_many(reqs)[i] tells of each request's flows, without building the plan of a
+        group whose plan would be a copy of an earlier one (plan: same choice key): per request
+        (header, fields, channels) with header = (algorithm, protocol, delay_s, lat_mult, number
+        of flows), fields = per flow (weights as a tuple, frac, latency_s, cap_Bps, deps, after,
+        nch, fill_stages, fill_chunk) and channels = per flow its channel array. header and
+        fields are the template plan's objects, shared by every group of that plan (plan copies
+        the template's fields and takes the group's routed channels; timing reads only what the
+        key holds), so the values are call's. Validation, choice and errors as call_many."""
+        calls = self._calls
+        keys = [(r.op, tuple(r.gpus), float(r.size_bytes), r.algorithm, getattr(r, "protocol", "auto")) for r in reqs]
+        todo = [r for r, k in zip(reqs, keys) if k not in calls]
+        checked = len(todo) > 1
+        if checked:
+            self._preroute(todo)
+        out = []
+        parts = self._parts
+        templates = self._templates
+        for r, k in zip(reqs, keys):
+            got = calls.get(k)
+            if got is None:
+                gpus, _shape, _facts, alg, proto = self.choose(r, checked)
+                size = k[2]
+                if size > 0 and len(gpus) > 1:
+                    tmpl = templates.get((proto, alg) + self.choice_key(r.op, (alg,), gpus))
+                    if tmpl is not None:
+                        memo = parts.get((id(tmpl), size))
+                        if memo is None:
+                            memo = parts[(id(tmpl), size)] = (tmpl,) + _plan_parts(tmpl, alg, proto, size)
+                        out.append((memo[1], memo[2], [x.channels for x in self._routed_specs(r.op, alg, gpus)]))
+                        continue
+                got = self.call(r, True)
+            gpus, alg, proto, flows, delay, mult = got[:6]
+            out.append(((alg, proto, delay, mult, len(flows)), _flow_fields(flows), [f.channels for f in flows]))
+        return out
 
     def _preroute(self, reqs) -> None:
         """Route the specs of every candidate algorithm of `reqs` (what choose and plan will read)
@@ -399,19 +467,7 @@ class Planner:
                 got = self._plans[key] = CollectivePlan(op, alg, proto, tmpl.family, shape, facts, flows,
                                                         tmpl.base_s, tmpl.efficiency, tmpl.model)
                 return got
-            m = self.model
-            family = FAMILY[alg]
-            hop = HopContext(family, proto, multi_unit=shape.m > 1, one_per_unit=facts.one_per_unit)
-            ctx = ResolveContext(
-                hop_alpha_s=lambda cls, hop=hop: m.hop_alpha_s(cls, hop),
-                efficiency=m.efficiency(family, proto),
-                cap_algbw_Bps=m.ll_cap_algbw_Bps(family, proto, op, shape.n, shape.m),
-                channels=m.channels(family, facts.one_per_unit, facts.b_net),
-                chunk=lambda kind, proto=proto: m.fill_chunk_bytes(kind, proto),
-                nvls_latency_s=m.nvls_latency_s(), nvls_efficiency=m.nvls_efficiency)
-            flows = [finish(r, ctx) for r in routed]
-            got = CollectivePlan(op, alg, proto, family, shape, facts, flows, m.base_s(family, proto),
-                                 ctx.efficiency, m)
+            got = self._plan_of(op, alg, proto, shape, facts, routed)
             self._plans[key] = self._templates[tkey] = got
         return got
 
@@ -437,12 +493,14 @@ class Planner:
 
     def analytical_s(self, req: CollectiveRequest) -> tuple[float, str, str]:
         """(estimate s, algorithm, protocol) of a request. Requests with equal quick keys (quick_key)
-        share the answer without routing the later group."""
+        share the answer without routing the later group; a request with a quick key not seen
+        before is answered from the key's hop rows (_quick_answer), also without routing."""
         qk = self.quick_key(req)
         if qk is not None:
             got = self._quick.get(qk)
-            if got is not None:
-                return got
+            if got is None:
+                got = self._quick[qk] = self._quick_answer(req, qk)
+            return got
         gpus, _shape, _facts, alg, proto = self.choose(req, qk is not None)
         got = self.estimate_s(req.op, alg, proto, gpus, float(req.size_bytes)), alg, proto
         if qk is not None:
@@ -534,6 +592,66 @@ class Planner:
         fields = tuple((len(s.hops), s.nbytes, s.steps, s.deps, s.after, s.ring, s.lat_stages, s.share, s.fill)
                        for s in specs)
         return fields, flat[:, 0].copy(), flat[:, 1].copy()
+
+    def _quick_answer(self, req: CollectiveRequest, qk: tuple) -> tuple[float, str, str]:
+        """analytical_s of a request with a quick key (quick_key), from what the key holds: choose's
+        (algorithm, protocol) choice and estimate_s's time, over plans whose flows are finish() of
+        each spec with the link class and propagation of its hops taken from the key's hop rows
+        (TopoView.hop_key_routes) and no channels - every quick-key candidate is timed by a closed
+        form, which reads no channel (analytical.closed_form_s). The same values in the same
+        arithmetic as the routed plans, without routing the group."""
+        op, gpus, size = req.op, tuple(req.gpus), float(req.size_bytes)
+        shape, facts = self.shape(gpus)
+        best, best_t = None, math.inf
+        plans = {}
+        for alg, sig in zip(qk[10], qk[11:]):
+            routed = self._quick_routed(op, alg, shape, sig)
+            for proto in self.model.protocols(alg, op, facts.ll128_ok, shape.m):
+                plan = plans[(alg, proto)] = self._plan_of(op, alg, proto, shape, facts, routed)
+                t = ana.estimate_s(self.view, plan, max(size, 1.0))
+                if t < best_t * (1 - 1e-9):      # choose's rule: ties keep the earlier candidate
+                    best, best_t = (alg, proto), t
+        if best is None:      # no protocol applies: choose raises its error
+            gpus, _shape, _facts, alg, proto = self.choose(req, True)
+            return self.estimate_s(op, alg, proto, gpus, size), alg, proto
+        return ana.estimate_s(self.view, plans[best], size), best[0], best[1]
+
+    def _quick_routed(self, op: str, alg: str, shape: GroupShape, sig: tuple) -> list:
+        """RoutedSpecs of (op, algorithm, group) without channels: the spec fields (the canonical
+        specs for the (op, algorithm) of _RELABELLED: finish reads no GPU of a spec) and per hop
+        the class and propagation of its hop_keys row (`sig`: _quick_signature)."""
+        from netsim.resolve import RoutedSpec
+        if (op, alg) in _RELABELLED:
+            sizes = tuple(len(s) for s in shape.servers)
+            specs = self._spec_tmpl.get((op, alg, sizes))
+            if specs is None:
+                specs = self._spec_tmpl[(op, alg, sizes)] = _canonical_specs(sizes, shape.domains, op, alg)
+        else:
+            specs = self._build_specs(shape, op, alg)
+        classes, props = self.view.hop_key_routes(np.frombuffer(sig[1], dtype=np.float64).reshape(-1, 6))
+        none_i, none_f = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+        out, o = [], 0
+        for s in specs:
+            n = len(s.hops)
+            out.append(RoutedSpec(s, none_i, none_f, tuple(classes[o:o + n]), tuple(props[o:o + n]), 0.0, math.inf))
+            o += n
+        return out
+
+    def _plan_of(self, op: str, alg: str, proto: str, shape: GroupShape, facts, routed: list) -> CollectivePlan:
+        """The CollectivePlan of routed specs under the protocol's terms (plan(); _quick_answer passes
+        specs without channels, for closed forms only)."""
+        m = self.model
+        family = FAMILY[alg]
+        hop = HopContext(family, proto, multi_unit=shape.m > 1, one_per_unit=facts.one_per_unit)
+        ctx = ResolveContext(
+            hop_alpha_s=lambda cls, hop=hop: m.hop_alpha_s(cls, hop),
+            efficiency=m.efficiency(family, proto),
+            cap_algbw_Bps=m.ll_cap_algbw_Bps(family, proto, op, shape.n, shape.m),
+            channels=m.channels(family, facts.one_per_unit, facts.b_net),
+            chunk=lambda kind, proto=proto: m.fill_chunk_bytes(kind, proto),
+            nvls_latency_s=m.nvls_latency_s(), nvls_efficiency=m.nvls_efficiency)
+        return CollectivePlan(op, alg, proto, family, shape, facts, [finish(r, ctx) for r in routed],
+                              m.base_s(family, proto), ctx.efficiency, m)
 
 
 class AnalyticalNetwork:

@@ -39,6 +39,9 @@ __all__ = ["FlowEngine", "FlowRecord", "KernelBudget", "LINK_CHANGES_LIMIT", "pr
 # automatic kernel choice: compiled (numba) kernels once the plain ones have spent this long in
 # re-solves, about what loading numba's cached code costs a process (see KernelBudget)
 COMPILE_AFTER_S = 1.0
+# plain-kernel time of one event (s): a re-solve of a few flows with its bookkeeping, 69 us measured on
+# the 2-core reference machine (pipeline sends of the 1T benchmark at PP 16); FlowEngine.expect_events
+EVENT_PLAIN_S = 7e-5
 # record_link_changes keeps at most this many (link, load) entries (16 bytes each, about 320 MB)
 LINK_CHANGES_LIMIT = 20_000_000
 _I = np.int64
@@ -156,6 +159,15 @@ class FlowEngine:
         if self._budget is not None and self._budget.compiled is not None:
             self._set_kernels(self._budget.compiled)
             self._budget = None
+
+    def expect_events(self, n: int) -> None:
+        """A caller announces about `n` events: when the plain kernels would spend the budget on them
+        (n * EVENT_PLAIN_S), switch to the compiled ones now instead of after the budget is spent.
+        Same results either way (the kernel sets are bit-identical); only the wall time differs."""
+        budget = self._budget
+        if budget is not None and n * EVENT_PLAIN_S >= budget.left_s:
+            budget.spend(budget.left_s)
+            self._budget_check()
 
     def _set_kernels(self, k: dict) -> None:
         self._k_top, self._k_rebuild = k["heap_top"], k["heap_rebuild"]
@@ -288,19 +300,24 @@ class FlowEngine:
     def next_event_time(self) -> float:
         if self._dirty:
             self._recompute()
-        t = self._pending[0][0] if self._pending else math.inf
-        return min(t, self._fin_min)
+        pending = self._pending
+        t = pending[0][0] if pending else math.inf
+        fin = self._fin_min
+        return t if t <= fin else fin
 
     # ---------------------------------------------------------------- time
     def advance(self, until_s: float) -> None:
         """Process every event with time <= until_s (callbacks included), then move the clock there."""
+        next_time, step = self.next_event_time, self._step_events
         while True:
-            t = self.next_event_time()
+            t = next_time()
             if t > until_s:
                 break
-            self.now_s = max(self.now_s, t)
-            self._step_events(t)
-        self.now_s = max(self.now_s, until_s)
+            if t > self.now_s:
+                self.now_s = t
+            step(t)
+        if until_s > self.now_s:
+            self.now_s = until_s
 
     def run(self) -> float:
         """Run until idle; returns the time of the last event."""
@@ -315,10 +332,10 @@ class FlowEngine:
     def _step_events(self, t: float) -> None:
         done: list[int] = []
         changed = False
-        if self._fin_min <= t + max(abs(t), 1e-6) * 1e-9:
-            # flows due within a relative 1e-9 of now finish together (one rate recomputation for
-            # symmetric flows whose float finish times differ in the last bits)
-            tol = t + max(abs(t), 1e-6) * 1e-9
+        # flows due within a relative 1e-9 of now finish together (one rate recomputation for
+        # symmetric flows whose float finish times differ in the last bits)
+        tol = t + max(abs(t), 1e-6) * 1e-9
+        if self._fin_min <= tol:
             n = self._k_pop(t, tol, self._hk, self._hs, self._si, self._sf, self._free, self._ei, self._li,
                             self._sc, self._seedl, self._out_fid, self._out_left, self._out_rate)
             if n:
@@ -331,49 +348,58 @@ class FlowEngine:
                         if left < -(1e-6 * self._bytes[f] + 1e-3):
                             raise AssertionError(f"flow {f}: delivered {self._bytes[f] - left} B of {self._bytes[f]} B")
             self._fin_min = self._k_top(self._hk, self._hs, self._si, self._sc)
-        new: list[int] = []
-        while self._pending and self._pending[0][0] <= t:
-            _, f = heapq.heappop(self._pending)
-            self._started[f] = t
-            if self._bytes[f] <= 0 or (len(self._links[f]) == 0 and self._cap[f] == math.inf):
-                done.append(f)
-                self._links[f] = self._w[f] = None
-            else:
-                new.append(f)
-        if new:
-            self._activate(new, t)
-            changed = True
+        pending = self._pending
+        if pending and pending[0][0] <= t:
+            new: list[int] = []
+            started, nbytes, links, caps = self._started, self._bytes, self._links, self._cap
+            pop = heapq.heappop
+            while pending and pending[0][0] <= t:
+                _, f = pop(pending)
+                started[f] = t
+                if nbytes[f] <= 0 or (len(links[f]) == 0 and caps[f] == math.inf):
+                    done.append(f)
+                    links[f] = self._w[f] = None
+                else:
+                    new.append(f)
+            if new:
+                self._activate(new, t)
+                changed = True
         if changed:
             self._dirty = True
-        for f in sorted(done):
+        if not done:
+            return
+        cbs = self._cb
+        for f in sorted(done) if len(done) > 1 else done:
             self._n_done += 1
             if self.record_flows:
                 self.flow_records.append(FlowRecord(f, self._bytes[f], self._added[f], self._started[f], t))
-            cb = self._cb[f]
-            self._cb[f] = None     # a finished flow's callback (and what it holds) is not needed again
+            cb = cbs[f]
+            cbs[f] = None     # a finished flow's callback (and what it holds) is not needed again
             if cb is not None:
                 cb(f, t)
 
     def _activate(self, new: list[int], t: float) -> None:
-        links = [self._links[f] for f in new]
-        lens = np.fromiter((len(x) for x in links), dtype=_I, count=len(new))
-        n_entries = int(lens.sum())
-        if self._sc[fc.C_NFREE] < len(new):
+        links_of, w_of = self._links, self._w
+        links = [links_of[f] for f in new]
+        lens = [len(x) for x in links]
+        n_entries = sum(lens)
+        sc = self._sc
+        if sc[fc.C_NFREE] < len(new):
             self._grow_slots(len(new))
-        if self._sc[fc.C_ETOP] + n_entries > self._ei.shape[0]:
+        if sc[fc.C_ETOP] + n_entries > self._ei.shape[0]:
             self._grow_entries(n_entries)
         if len(new) == 1:
-            fl, fw = links[0], self._w[new[0]]
+            fl, fw = links[0], w_of[new[0]]
         else:
             fl = np.concatenate(links)
-            fw = np.concatenate([self._w[f] for f in new])
-        self._k_add(t, np.asarray(new, dtype=_I), lens, fl, fw,
-                    np.fromiter((self._bytes[f] for f in new), dtype=np.float64, count=len(new)),
-                    np.fromiter((self._cap[f] for f in new), dtype=np.float64, count=len(new)),
-                    self._si, self._sf, self._free, self._ei, self._ew, self._li, self._sc, self._seedl,
-                    self._seeds)
+            fw = np.concatenate([w_of[f] for f in new])
+        nbytes, caps = self._bytes, self._cap
+        self._k_add(t, np.array(new, dtype=_I), np.array(lens, dtype=_I), fl, fw,
+                    np.array([nbytes[f] for f in new], dtype=np.float64),
+                    np.array([caps[f] for f in new], dtype=np.float64),
+                    self._si, self._sf, self._free, self._ei, self._ew, self._li, sc, self._seedl, self._seeds)
         for f in new:      # the engine holds its own copy from now on
-            self._links[f] = self._w[f] = None
+            links_of[f] = w_of[f] = None
 
     # ---------------------------------------------------------------- stats
     @property

@@ -64,12 +64,16 @@ def _paired_reverse(src: np.ndarray, dst: np.ndarray) -> np.ndarray | None:
     return np.arange(n, dtype=np.int64) ^ 1
 
 
-def _efficiencies(kinds: list, bw: np.ndarray, gpu_type: str, override: dict) -> tuple[np.ndarray, dict, np.ndarray]:
+def _efficiencies(kinds: list, bw: np.ndarray, gpu_type: str, override: dict,
+                  kind_codes: tuple | None = None) -> tuple[np.ndarray, dict, np.ndarray]:
     """cal.link_efficiency (or the calibration's override) of every channel, evaluated once per
     distinct (kind, line rate); with the distinct kinds ({kind: code}, first-seen order) and the
-    code of every channel."""
-    names = {k: i for i, k in enumerate(dict.fromkeys(kinds))}     # distinct kinds, first-seen order
-    codes = np.fromiter(map(names.__getitem__, kinds), dtype=np.int64, count=len(kinds))
+    code of every channel (`kind_codes`: those two already known, topo.model.link_kind_codes)."""
+    if kind_codes is None:
+        names = {k: i for i, k in enumerate(dict.fromkeys(kinds))}     # distinct kinds, first-seen order
+        codes = np.fromiter(map(names.__getitem__, kinds), dtype=np.int64, count=len(kinds))
+    else:
+        names, codes = kind_codes
     out = np.empty(len(kinds))
     for k, c in names.items():
         mask = codes == c
@@ -141,7 +145,10 @@ class TopoView:
         override = {} if calibration is None else {
             "nvlink": calibration.nvlink_efficiency, "network": calibration.network_efficiency,
             "pcie": calibration.pcie_efficiency}
-        eff, self._kind_names, self._kind_ids = _efficiencies(self.ch_kind, ch_bw, self.gpu_type, override)
+        # channels = links (directed): the topology's per-link kind codes are the channels'
+        from topo.model import link_kind_codes
+        eff, self._kind_names, self._kind_ids = _efficiencies(
+            self.ch_kind, ch_bw, self.gpu_type, override, link_kind_codes(topology) if self.directed else None)
         self.line_Bps = ch_bw
         self.capacity_Bps = ch_bw * eff * ch_health
         self.latency_s = ch_lat
@@ -161,7 +168,8 @@ class TopoView:
         self._topo_mod = topo
         self._path_cache: dict[tuple[int, int, int, bool], tuple[int, ...]] = {}
         self._adj = _Adjacency(self.ch_src, self.ch_dst)   # node -> [(out channel, peer)], built per node on use
-        self._server = [int(topology.server_of(g)) for g in range(self.num_gpus)]
+        self._server = (topology.server_ids() if hasattr(topology, "server_ids")
+                        else [int(topology.server_of(g)) for g in range(self.num_gpus)])
         self._domain = ([int(d) for d in topology.nvlink_domains()] if hasattr(topology, "nvlink_domains")
                         else [int(topology.nvlink_domain_of(g)) for g in range(self.num_gpus)])
         # unit: the GPUs that reach each other without the scale-out network (NVLink domain; the
@@ -219,6 +227,8 @@ class TopoView:
         return tuple(prefix)
 
     def check_gpus(self, gpus) -> None:
+        if len(gpus) and set(map(type, gpus)) == {int} and min(gpus) >= 0 and max(gpus) < self.num_gpus:
+            return          # plain ints in range (C-level passes): the loop below finds nothing
         for g in gpus:
             if not isinstance(g, int | np.integer) or g < 0 or g >= self.num_gpus:
                 raise NetsimError(f"rank {g} is not a GPU of the topology (GPU ids 0..{self.num_gpus - 1})")
@@ -511,6 +521,33 @@ class TopoView:
         out[rest] = np.column_stack((np.ones(len(rest)), lat[first], code[first], dist, lat[last], code[last]))
         return out
 
+    def hop_key_routes(self, rows: np.ndarray) -> tuple[list[str], list[float]]:
+        """(link class, propagation s) per row of hop_keys: what the batched routes give a hop with
+        that row, computed from the row alone. A one-switch row: one_switch_hops' class of its two
+        links and its sum; a network row: net_hops' sequential sum (first link, then the row's number
+        of switch-to-switch links, all of one latency and class (hop_keys checked), then the last
+        link) and the largest class code of those links. Only for rows hop_keys returned."""
+        n = len(rows)
+        prop = rows[:, 1].copy()
+        net = rows[:, 0] == 1.0
+        classes = np.empty(n, dtype=object)
+        one = ~net
+        if one.any():
+            classes[one] = self._one_switch[5][rows[one, 2].astype(np.int64)]
+        if net.any():
+            dist = rows[net, 3].astype(np.int64)
+            code = np.maximum(rows[net, 2], rows[net, 5]).astype(np.int64)
+            p = rows[net, 1]
+            if dist.max(initial=0) > 0:
+                lid = int(self._routers[False].inner_links()[0])
+                inner_lat, inner_code = self.latency_s[lid], self._kind_codes()[lid]
+                for j in range(int(dist.max())):
+                    p = np.where(dist > j, p + inner_lat, p)
+                code = np.where(dist > 0, np.maximum(code, inner_code), code)
+            prop[net] = p + rows[net, 4]
+            classes[net] = _CLASS_BY_CODE[code]
+        return classes.tolist(), prop.tolist()
+
     def _group_bandwidths_arrays(self, gpus) -> tuple[float, float] | None:
         """group_bandwidths of a group whose GPUs all have NVLink and (group across units) one
         network port each, straight from per-GPU arrays: the same minima of the same values (NVLink:
@@ -565,8 +602,9 @@ class TopoView:
         if got is None:
             got = np.zeros(max(max(self._exit_role, default=0), int(self.ch_dst.max(initial=0))) + 1,
                            dtype=np.int64)
-            for node, r in self._exit_role.items():
-                got[node] = r
+            n = len(self._exit_role)
+            got[np.fromiter(self._exit_role, dtype=np.int64, count=n)] = np.fromiter(
+                self._exit_role.values(), dtype=np.int64, count=n)
             self._role_arr = got
         return got
 
@@ -603,8 +641,10 @@ class TopoView:
         G = self.num_gpus
         n_nodes = max(self.node_kind) + 1 if self.node_kind else 0
         hostsw = np.zeros(max(n_nodes, int(self.ch_dst.max()) + 1 if len(self.ch_dst) else 0), dtype=bool)
-        for i, k in self.node_kind.items():      # topo.Router's host switches: NVSwitch chips, PCIe switches
-            hostsw[i] = k == "nvswitch" or self._tier[i] == "pcie"
+        # topo.Router's host switches: NVSwitch chips, PCIe switches
+        tier, n = self._tier, len(self.node_kind)
+        hostsw[np.fromiter(self.node_kind, dtype=np.int64, count=n)] = np.fromiter(
+            (k == "nvswitch" or tier[i] == "pcie" for i, k in self.node_kind.items()), dtype=bool, count=n)
         src, dst = self.ch_src, self.ch_dst
         lids = np.flatnonzero((src < G) & hostsw[dst])
         count = np.bincount(src[lids], minlength=G)

@@ -280,6 +280,7 @@ class Engine:
         self._est_cache: dict = {}
         self._sub_cache: dict = {}
         self._quotients = False       # a QuotientGroup was submitted (rule 5; _submitted sets it)
+        self._solo = False            # driven by run() alone (not sim.cluster): _jump may move the clock
         # pipeline sends' request lists per (pp, stage, peer stage, size), when the backend keeps no
         # per-collective records: the tag (which names the send) is then read by nothing
         self._send_reqs: dict | None = None if getattr(backend, "keep_records", True) else {}
@@ -571,7 +572,7 @@ class Engine:
             self._est_cache[key] = est
         handle.start_s = now
         self.bypassed += 1
-        self._push(now + est, self._finish, handle)
+        self._push(now + est, self._finish, handle, True)
 
     def _submit_or_estimate(self, handle: Handle, make_list, now: float, key) -> None:
         if self.contention_free:
@@ -592,7 +593,7 @@ class Engine:
             left[0] -= 1
             latest[0] = max(latest[0], t)
             if left[0] == 0:
-                self._push(latest[0], self._finish, handle)
+                self._push(latest[0], self._finish, handle, True)
 
         self.comm_count += len(reqs)
         if self._quotients and any(type(r.gpus) is QuotientGroup for r in reqs):    # rule (5): sim.ep_symmetry
@@ -609,14 +610,36 @@ class Engine:
         for req in reqs:
             self.net.submit(req, now, on_done)
 
-    def _finish(self, handle: Handle) -> None:
+    def _finish(self, handle: Handle, owned: bool = False) -> None:
+        """Complete `handle` at engine time and call its waiters in order. owned: this call is the
+        whole event (pushed by the engine), so a stage resumed by the last waiter owns the rest of
+        it (_StageRun.step)."""
         handle.done = True
         handle.done_s = self._now
         if handle.owner is not None and handle.owner.kernel is not None:
             handle.owner.comm_changed()
         waiters, handle.waiters = handle.waiters, []
+        if owned and waiters and getattr(waiters[-1], "__func__", None) is _StageRun._resume:
+            last = waiters.pop()
+            for fn in waiters:
+                fn()
+            last(True)
+            return
         for fn in waiters:
             fn()
+
+    def _jump(self, t: float) -> bool:
+        """Move the engine clock to `t` now when, in run() alone, the event a push at `t` would
+        make is the next one anyway: nothing in the queue at or before `t` (entries pushed earlier
+        win ties) and no network event at or before `t` (the network wins ties). The caller must
+        own the rest of the current event (nothing else runs in it after the caller returns)."""
+        if not self._solo:
+            return False
+        heap = self._heap
+        if (heap and heap[0][0] <= t) or self.net.next_event_time() <= t:
+            return False
+        self._now = t
+        return True
 
     def _stream_issue(self, st: _StageRun, kind: str, handle: Handle, make_reqs) -> None:
         stream = st.streams[kind]
@@ -699,6 +722,11 @@ class Engine:
             except ImportError:  # pragma: no cover
                 bar = None
         self._bar = bar
+        # a flow backend's engine: each pipeline send starts and ends its flows (two events); a long
+        # pipeline makes the compiled kernels worth loading from the start (netsim.engine.expect_events)
+        expect = getattr(getattr(self.net, "engine", None), "expect_events", None)
+        if expect is not None and not self.contention_free:
+            expect(4 * max(0, p * self.v - 1) * self.m)
         for r in self.runs:
             self._push(self.t0_s, r.step)
 
@@ -719,20 +747,23 @@ class Engine:
     def run(self) -> EngineResult:
         """Simulate one iteration alone on the backend: start, events to exhaustion, finish."""
         self.start(0.0)
+        self._solo = True
         heap = self._heap
         net = self.net
+        net_next, pop, inf = net.next_event_time, heapq.heappop, math.inf
         while True:
-            t_net = net.next_event_time()
-            t_heap = heap[0][0] if heap else math.inf
-            if t_net == math.inf and t_heap == math.inf:
+            t_net = net_next()
+            t_heap = heap[0][0] if heap else inf
+            if t_net == inf and t_heap == inf:
                 break
             if t_net <= t_heap:
                 if t_net < self._now - 1e-12:
                     raise SimError(f"network backend went back in time ({t_net} < {self._now})")
-                self._now = max(self._now, t_net)
+                if t_net > self._now:
+                    self._now = t_net
                 net.advance(t_net)
             else:
-                t, _, fn, args = heapq.heappop(heap)
+                t, _, fn, args = pop(heap)
                 if t > self._now:           # max(self._now, t) without the call (per event)
                     self._now = t
                 fn(*args)
@@ -768,53 +799,140 @@ def route_components(planner, groups: list, collective: str, size: int):
     of a component shares a channel with another. The signature (per group in list order:
     algorithm, protocol, timing terms; per flow: payload share, latency, cap, weights on an
     isomorphic channel pattern; the channels' capacities) is equal for copies that finish at the
-    same time when nothing else crosses them."""
+    same time when nothing else crosses them. Components are listed by their first group, groups
+    in list order; a component's channels are numbered (and returned) in order of first use.
+    The channel bookkeeping is done with numpy on all uses at once (_components_of, _channel_labels;
+    whole components, about _LABEL_CHUNK uses at a time) and the per-flow fields come from
+    Planner.call_parts_many (shared by the groups of one plan template); the result is that of a
+    scan flow by flow over Planner.call (tests/netsim/test_route_components.py and
+    tests/sim/test_sim_symmetry.py compare the two)."""
+    import numpy as np
+
     cap = planner.capacity_list()
-    calls = planner.call_many([CollectiveRequest(collective, g, size) for g in groups])
-    chans = [[f.channels.tolist() for f in c[3]] for c in calls]
-    parent = list(range(len(groups)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    owner: dict = {}
-    for i, flows in enumerate(chans):
-        for chs in flows:
-            if owner.keys().isdisjoint(chs):      # the usual case, in C: no channel seen before
-                owner.update(dict.fromkeys(chs, i))
-                continue
-            for ch in chs:
-                j = owner.setdefault(ch, i)
-                if j != i:
-                    ri, rj = root(i), root(j)
-                    if ri != rj:
-                        parent[max(ri, rj)] = min(ri, rj)
-    members: dict = defaultdict(list)
-    for i in range(len(groups)):
-        members[root(i)].append(i)
+    parts = planner.call_parts_many([CollectiveRequest(collective, g, size) for g in groups])
+    n = len(groups)
+    arrs = [ch for p in parts for ch in p[2]]
+    counts = np.fromiter((sum(map(len, p[2])) for p in parts), dtype=np.int64, count=n)
+    chans = np.concatenate(arrs).astype(np.int64, copy=False) if arrs else np.zeros(0, dtype=np.int64)
+    gid = np.repeat(np.arange(n, dtype=np.int64), counts)
+    comp_of = _components_of(chans, gid, n)          # component number of each group
+    ncomp = int(comp_of.max()) + 1 if n else 0
+    comp = comp_of[gid]
+    del gid
+    if len(comp) > 1 and (comp[1:] < comp[:-1]).any():
+        order = np.argsort(comp, kind="stable")      # uses by component; a component's uses keep their order
+        chans, comp = chans[order], comp[order]
+        del order
+    use_at = np.searchsorted(comp, np.arange(ncomp + 1)).tolist()
+    members: list = [[] for _ in range(ncomp)]
+    for i, c in enumerate(comp_of.tolist()):
+        members[c].append(i)
+    ints: list = []          # one int object per label value: the signatures of large components hold many
     out = []
-    for comp in members.values():
-        labels: dict = {}
-        sig = []
-        for i in comp:
-            c = calls[i]
-            sig.append((c[1], c[2], c[4], c[5], len(c[3])))
-            for f, chs in zip(c[3], chans[i]):
-                n0 = len(labels)
-                new = dict(zip(chs, range(n0, n0 + len(chs))))
-                if len(new) == len(chs) and labels.keys().isdisjoint(new):
-                    labels.update(new)        # all new and distinct: labels n0, n0 + 1, ... as below
-                    lab = tuple(new.values())
-                else:
-                    lab = tuple([labels.setdefault(ch, len(labels)) for ch in chs])
-                sig.append((lab, tuple(f.weights.tolist()), f.frac, f.latency_s, f.cap_Bps, f.deps, f.after,
-                            f.nch, f.fill_stages, f.fill_chunk))
-        sig.append(tuple(map(cap.__getitem__, labels)))
-        out.append((comp, tuple(sig), labels.keys()))
+    k = 0
+    while k < ncomp:
+        # components k .. k2 - 1, about _LABEL_CHUNK uses at a time (bounded temporary arrays)
+        k2 = k + 1
+        while k2 < ncomp and use_at[k2 + 1] - use_at[k] <= _LABEL_CHUNK:
+            k2 += 1
+        a, b = use_at[k], use_at[k2]
+        lab, comp_chans, chan_at = _channel_labels(chans[a:b], comp[a:b] - k, k2 - k, len(cap))
+        top = int(lab.max(initial=-1))
+        lab = lab.tolist()
+        if top > 256:       # beyond CPython's cached small ints
+            if len(ints) <= top:
+                ints = list(range(top + 1))
+            lab = list(map(ints.__getitem__, lab))
+        comp_chans = comp_chans.tolist()
+        for j in range(k, k2):
+            o = use_at[j] - a
+            used = comp_chans[chan_at[j - k]:chan_at[j - k + 1]]
+            sig = []
+            for i in members[j]:
+                header, fields, flow_chans = parts[i]
+                sig.append(header)
+                for fl, ch in zip(fields, flow_chans):
+                    m = len(ch)
+                    sig.append((tuple(lab[o:o + m]),) + fl)
+                    o += m
+            sig.append(tuple(map(cap.__getitem__, used)))
+            out.append((members[j], tuple(sig), used))
+        k = k2
     return out
+
+
+# route_components labels the channel uses of about this many at a time (whole components)
+_LABEL_CHUNK = 1 << 16
+
+
+def _components_of(chans, gid, n: int):
+    """Per group (0 .. n-1), the number of its component, components numbered by their first group:
+    groups joined when a channel use of one (chans[u], group gid[u]) and of the other share a
+    channel. Union-find over the distinct pairs of groups meeting on a channel, in plain Python
+    (in the usual case few or none), then the roots numbered in order."""
+    import numpy as np
+
+    parent = np.arange(n, dtype=np.int64)
+    if len(chans) > 1:
+        order = np.argsort(chans, kind="stable")
+        cs = chans[order]
+        meet = cs[1:] == cs[:-1]
+        del cs
+        gs = gid[order]
+        del order
+        u, v = gs[:-1][meet], gs[1:][meet]
+        del gs
+        cross = u != v
+        if cross.any():
+            code = np.unique(np.minimum(u[cross], v[cross]) * n + np.maximum(u[cross], v[cross]))
+            par = parent.tolist()
+
+            def root(i: int) -> int:
+                while par[i] != i:
+                    par[i] = par[par[i]]
+                    i = par[i]
+                return i
+
+            for a, b in zip((code // n).tolist(), (code % n).tolist()):
+                ra, rb = root(a), root(b)
+                if ra != rb:
+                    par[max(ra, rb)] = min(ra, rb)     # a root is its component's first group
+            parent = np.array(par, dtype=np.int64)
+            while True:
+                up = parent[parent]
+                if (up == parent).all():
+                    break
+                parent = up
+    first = parent == np.arange(n)
+    return (np.cumsum(first) - 1)[parent]
+
+
+def _channel_labels(chans, comp, ncomp: int, nchan: int):
+    """Channel labels of uses sorted by component (chans[u] used in component comp[u]; a
+    component's uses in their order): (label of every use, every component's distinct channels in
+    label order, per component the start of its channels there) - what numbering each component's
+    channels 0, 1, ... as they first appear gives."""
+    import numpy as np
+
+    if not len(chans):
+        return chans, chans, [0] * (ncomp + 1)
+    key = comp * nchan + chans
+    o2 = np.argsort(key, kind="stable")                    # runs of one (component, channel), use order kept
+    key = key[o2]
+    new = np.empty(len(key), dtype=bool)
+    new[0] = True
+    np.not_equal(key[1:], key[:-1], out=new[1:])
+    del key
+    run = np.cumsum(new) - 1
+    firstpos = o2[new]                                     # first use of each run
+    by_pos = np.argsort(firstpos)
+    rank = np.empty(len(firstpos), dtype=np.int64)
+    rank[by_pos] = np.arange(len(firstpos), dtype=np.int64)
+    run_comp = comp[firstpos]
+    chan_at = np.concatenate(([0], np.cumsum(np.bincount(run_comp, minlength=ncomp))))
+    lab = np.empty(len(chans), dtype=np.int64)
+    lab[o2] = (rank - chan_at[run_comp])[run]
+    return lab, chans[firstpos[by_pos]], chan_at.tolist()
 
 
 def _index_of(groups: list, gpu: int) -> int:
@@ -938,6 +1056,7 @@ class _StageRun:
         self.explicit_pp = False
         self.fast_free: dict[str, float] = {}   # kind -> end of the last arithmetically timed op
         self.seg_cache: dict = {}
+        self.runs_cache: dict = {}     # id(op list) -> (op list, _kernel_runs stops)
         self.opinfo: dict = {}     # id(CommOp) -> FastOp (the op object lives as long as the workload)
         self.durs: list = []
         self.rows = None
@@ -1042,9 +1161,10 @@ class _StageRun:
         for _ in range(10_000):
             fps, nxt, _ = state if state is not None else self._live_state(t)
             state = None
-            f = self._factor(op, fps)
-            if t + work * f <= nxt:
-                return t + work * f
+            f = self._factor(op, fps) if fps else 1.0
+            end = t + work * f
+            if end <= nxt:
+                return end
             work -= (nxt - t) / f
             t = nxt
         return t + work   # pragma: no cover - bounded by the number of live handles
@@ -1158,7 +1278,7 @@ class _StageRun:
         handle.waiters.append(self._resume)
         return True
 
-    def _resume(self) -> None:
+    def _resume(self, owned: bool = False) -> None:
         eng = self.eng
         t0, what = self.blocked_since, self.blocked_on
         dt = eng._now - t0
@@ -1188,7 +1308,7 @@ class _StageRun:
                 eng.trace.append((self.stage, "compute", f"wait {handle.name}", t0, dt, "wait", handle))
         self.blocked_since = None
         self.clock = eng._now
-        self.step()
+        self.step(owned)
 
     def _fast_op(self, op) -> FastOp:
         """The FastOp of an arithmetically timed op of this stage (idle-network time of the slowest
@@ -1227,7 +1347,8 @@ class _StageRun:
         eng.bypassed += 1
         # positional (hundreds of thousands per run): kind, name, start_s, done_s, done, waiters, rdv_s,
         # fast, op, owner, fp, stage, collective, size_bytes, group_size
-        h = Handle(g, op.name, start, done, True, [], math.nan, True, op, None, None, self.stage,
+        # waiters: an empty tuple (nothing waits on a fast handle through it; no list per op)
+        h = Handle(g, op.name, start, done, True, (), math.nan, True, op, None, None, self.stage,
                    op.collective, info.size_bytes, gsize)
         eng.comm_log.append(h)
         if fp is not None and track:
@@ -1380,6 +1501,23 @@ class _StageRun:
             h = eng._avail[key] = Handle(kind="pp", name=f"{key[0]} vs{vs} mb{mb}")
         return h
 
+    def _kernel_runs(self, ops: list) -> list:
+        """Per op of the list: the index of the first op from it on that is communication or that a
+        held non-blocking op may wait for (its name is a wait_op of the list); cached per list (the
+        lists live in seg_cache as long as this run)."""
+        hit = self.runs_cache.get(id(ops))
+        if hit is None:
+            targets = {op.wait_op for op in ops if op.is_comm and op.wait_op}
+            stops = [0] * len(ops)
+            nxt = len(ops)
+            for i in range(len(ops) - 1, -1, -1):
+                op = ops[i]
+                if op.is_comm or op.name in targets:
+                    nxt = i
+                stops[i] = nxt
+            hit = self.runs_cache[id(ops)] = (ops, stops)
+        return hit[1]
+
     def _compute_run(self, seg_no: int) -> None:
         """The ops following self.idx in the current op list that need no event: compute kernels and
         communication timed arithmetically (step()'s fast kinds on an idle stream), up to the first
@@ -1422,7 +1560,29 @@ class _StageRun:
         # it (_contended, _arith_end, _issue_fast)
         watch = cm is not None
         live, q_ok, q_t, q_nxt = self.live, self.ntrack == self.q_ntrack, self.q_t, self.q_nxt
+        # kernel runs with the host model on, off stage 0's rows and without a straggler factor: the loop
+        # below's arithmetic for kernels that no held handle waits for (stops: _kernel_runs), with no
+        # host catch-up pending, while _contended's quiet window holds (else the loop below takes the
+        # kernel, with the same arithmetic)
+        stops = self._kernel_runs(ops) if hm is not None and rows is None and not slow else None
         while idx < nops:
+            if stops is not None and not sync:
+                j = stops[idx]
+                while idx < j:
+                    dur = durs[idx]
+                    h2 = host + per_kernel
+                    t = (clock if clock >= h2 else h2) + gap
+                    c2 = t if t > clock else clock
+                    if watch and live and not (q_ok and q_t <= c2 < q_nxt and c2 + dur <= q_nxt):
+                        break
+                    host = h2
+                    if t > clock:
+                        ovh += t - clock
+                    clock = c2 + dur
+                    comp += dur
+                    idx += 1
+                if idx >= nops:
+                    break
             op = ops[idx]
             comm = op.is_comm
             if comm:
@@ -1534,8 +1694,10 @@ class _StageRun:
         self.pending_host_sync = sync
         eng.bypassed += nfast
 
-    def step(self) -> None:
-        """Run as far as possible from engine time; re-entered by events."""
+    def step(self, owned: bool = False) -> None:
+        """Run as far as possible from engine time; re-entered by events. owned: this call is the rest
+        of the current event (Engine._jump): where the stage must wait for engine time to reach its
+        clock and nothing else is due by then, it moves the clock itself instead of re-pushing."""
         eng = self.eng
         now = eng._now
         if self.kernel is not None:
@@ -1673,8 +1835,10 @@ class _StageRun:
                     continue
                 # communication: must be issued at the engine's current time
                 if self.clock > now:
-                    eng._push(self.clock, self.step)
-                    return
+                    if not (owned and eng._jump(self.clock)):
+                        eng._push(self.clock, self.step, True)
+                        return
+                    now = self.clock
                 if op.group == "pp":
                     # explicit pipeline recv/send markers of the generator (sizes from the op)
                     self.idx += 1
@@ -1698,8 +1862,10 @@ class _StageRun:
                     self._hold(h, op, seg)
             # end of segment: outstanding non-blocking ops of this list
             if self.clock > now:
-                eng._push(self.clock, self.step)
-                return
+                if not (owned and eng._jump(self.clock)):
+                    eng._push(self.clock, self.step, True)
+                    return
+                now = self.clock
             # non-blocking ops whose wait_op did not follow them in this list: waited here
             for hs in self.pending.values():
                 self.seg_outstanding.extend((h, None) for h in hs)

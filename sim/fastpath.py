@@ -56,6 +56,11 @@ def applies(eng) -> str | None:
     return None
 
 
+# instruction codes of a compiled segment (FastRun._program) and what follows a collective's issue
+_KERNEL, _FAST, _OTHER = 0, 1, 2
+_BLOCK, _PENDING, _DEFER, _AFTER = 0, 1, 2, 3     # waited at once / by its wait_op / at the iteration end / after the segment
+
+
 class _NeedsEvents(Exception):
     """The arithmetic order cannot resolve this workload; the event engine must run it."""
 
@@ -434,19 +439,61 @@ class FastRun:
             t = nxt
 
     # ---------------- one stage ----------------
+    def _program(self, st: _Stage, seg, ops: list, durs: list, rows) -> list:
+        """A segment's op list compiled once per stage: one instruction (code, name, a, rc, b, c, op) per
+        op with everything that is the same at every execution resolved (duration, trace texts and
+        argument slot, the collective's _OpInfo and what happens after its issue), so the run loop does
+        no per-op lookups. _KERNEL: a = duration (s), b = phase, c = trace argument slot; _FAST: an
+        intra-stage collective, a = its _OpInfo, b = _BLOCK / _PENDING / _DEFER / _AFTER; _OTHER: a
+        pipeline send / receive or a cross-stage collective (_other_op). rc: stage 0's (layer row,
+        column), else None."""
+        kargs = self._kernel_slots(ops) if self.trace is not None else None
+        in_pipeline = seg[0] in ("fwd", "bwd")
+        prog = []
+        for i, op in enumerate(ops):
+            rc = rows[i] if st.record else None
+            if not op.is_comm:
+                prog.append((_KERNEL, op.name, durs[i], rc, op.phase, kargs[i] if kargs is not None else None, op))
+            elif op.group == "pp" or op.group in _CROSS_STAGE:
+                prog.append((_OTHER, op.name, None, rc, None, None, op))
+            else:
+                info = st.opinfo.get(id(op)) or self._op_info(st, op)
+                after = (_BLOCK if op.blocking else _PENDING if op.wait_op
+                         else _DEFER if op.microbatch == "last" and in_pipeline else _AFTER)
+                prog.append((_FAST, op.name, info, rc, after, None, op))
+        return prog
+
     def _stage_run(self, st: _Stage):
+        """The stage's program, segment by segment (a generator: it yields when it must wait for
+        another stage). The clock, the host's issue time and the compute / overhead / slowdown sums
+        are locals of the loop (st's fields are set before anything that reads them: waits on events,
+        sends, cross-stage collectives, the contention model); every sum is made in the same order as
+        sim.engine's, so the results are the same to the last bit."""
         eng = self.eng
         hm = eng.host
         cm = eng.contention
         stats = st.stats
-        opinfo = st.opinfo
+        exposed = stats.exposed_s
+        kinds = stats.exposed_kind_s
+        layers = eng.layers
         fast_free = st.fast_free       # intra-stage kind -> end of its last collective
         log_append = self.log.append
         trace = self.trace
-        per_kernel, gap = (hm.host_per_kernel_s, hm.kernel_gap_s) if hm is not None else (0.0, 0.0)
+        tr = trace.append if trace is not None else None
+        stage = st.stage
+        host_args = self.host_args
+        has_host = hm is not None
+        per_kernel, gap = (hm.host_per_kernel_s, hm.kernel_gap_s) if has_host else (0.0, 0.0)
+        progs: dict = {}      # id(a segment's cached op list) -> its program
+        # a blocking collective with a contention footprint is over when the next kernel starts: the
+        # engine lists it in flight until that kernel's _kernel_end drops it, so it only makes that
+        # kernel take the contention model's branch (dt = end - start); `ghost` stands for it
+        ghost = False
         for seg in st.segments:
             ops, durs, rows, explicit = self._segment_ops(st, seg)
-            kargs = self._kernel_slots(ops) if trace is not None else None
+            prog = progs.get(id(ops))
+            if prog is None:
+                prog = progs[id(ops)] = self._program(st, seg, ops, durs, rows)
             if seg[0] == "end":
                 while st.deferred:       # gradient reductions deferred to finish_grad_sync
                     h, op = st.deferred[0]
@@ -456,7 +503,7 @@ class FastRun:
             need = None if explicit else needs
             if need is not None:
                 yield from self._event_wait(st, need, ("PP", need, None))
-            if (hm is not None and hm.sync_on_pipeline_p2p and seg[0] in ("fwd", "bwd")
+            if (has_host and hm.sync_on_pipeline_p2p and seg[0] in ("fwd", "bwd")
                     and (st.sent or needs is not None)):
                 # batched p2p + torch.cuda.synchronize: wait for everything in flight, the host too
                 seen = set()
@@ -475,114 +522,120 @@ class FastRun:
             pending: dict = {}
             outstanding: list = []
             host_sync = False
-            for i, op in enumerate(ops):
+            clock, host = st.clock, st.host
+            compute, overhead, slowdown = stats.compute_s, stats.overhead_s, stats.slowdown_s
+            for code, name, a, rc, b, c, op in prog:
                 if host_sync:
-                    st.host = max(st.host, st.clock)      # the host read a result (.item())
+                    if clock > host:          # the host read a result (.item())
+                        host = clock
                     host_sync = False
-                waits = pending.pop(op.name, None) if pending else None
-                if waits:
-                    for h in waits:
-                        if h.fast:
-                            self._fast_wait(st, h)
-                        else:
-                            yield from self._event_wait(st, h, (report_group(h.kind), h, op))
-                if hm is not None:
-                    host = st.host = st.host + per_kernel
-                    clock = st.clock
-                    t = (clock if clock >= host else host) + (0.0 if op.is_comm else gap)   # max(), inlined
+                if pending:
+                    waits = pending.pop(name, None)
+                    if waits:
+                        st.clock = clock
+                        for h in waits:
+                            if h.fast:
+                                self._fast_wait(st, h)
+                            else:
+                                yield from self._event_wait(st, h, (report_group(h.kind), h, op))
+                        clock = st.clock
+                if has_host:
+                    host += per_kernel
+                    t = clock if clock >= host else host
+                    if code == _KERNEL:
+                        t += gap
                     if t > clock:
-                        if self.trace is not None and t - clock > gap * 1.5:
-                            self.trace.append((st.stage, "compute", "host issue", clock, t - clock,
-                                               "overhead", self.host_args))
-                        stats.overhead_s += t - clock
-                        st.clock = t
-                if not op.is_comm:
-                    dur = durs[i]
-                    if cm is not None and st.live:
-                        while True:    # every start and end of this rank's communication must be known
-                            h = next((h for h in st.live if h.start_s != h.start_s), None)
-                            if h is None:
-                                break
-                            self.waiting.setdefault(id(h), []).append(st)
-                            self.parked_on_comm += 1
-                            yield
-                            self.parked_on_comm -= 1
-                        t1 = self._kernel_end(st, op, st.clock, dur)
-                        dt = t1 - st.clock
-                        if self.trace is not None:
-                            self.trace.append((st.stage, "compute", op.name, st.clock, dt, op.phase, kargs[i]))
-                        if st.record:
-                            row, col = rows[i]
-                            eng.layers[row].compute_s[col] += dt
-                        st.clock = t1
-                        stats.compute_s += dt
-                        stats.slowdown_s += max(0.0, dt - dur)
+                        if tr is not None and t - clock > gap * 1.5:
+                            tr((stage, "compute", "host issue", clock, t - clock, "overhead", host_args))
+                        overhead += t - clock
+                        clock = t
+                if code == _KERNEL:
+                    if cm is not None and (ghost or st.live):
+                        if st.live:
+                            st.clock, st.host = clock, host
+                            while True:    # every start and end of this rank's communication must be known
+                                h = next((h for h in st.live if h.start_s != h.start_s), None)
+                                if h is None:
+                                    break
+                                self.waiting.setdefault(id(h), []).append(st)
+                                self.parked_on_comm += 1
+                                yield
+                                self.parked_on_comm -= 1
+                            t1 = self._kernel_end(st, op, clock, a)
+                        else:
+                            t1 = clock + a     # _kernel_end with nothing in flight
+                        ghost = False
+                        dt = t1 - clock
+                        if tr is not None:
+                            tr((stage, "compute", name, clock, dt, b, c))
+                        if rc is not None:
+                            layers[rc[0]].compute_s[rc[1]] += dt
+                        clock = t1
+                        compute += dt
+                        if dt - a > 0.0:
+                            slowdown += dt - a
                         continue
-                    if self.trace is not None:
-                        self.trace.append((st.stage, "compute", op.name, st.clock, dur, op.phase, kargs[i]))
-                    if st.record:
-                        row, col = rows[i]
-                        eng.layers[row].compute_s[col] += dur
-                    st.clock += dur
-                    stats.compute_s += dur
-                    continue
-                group = op.group
-                if group == "pp":
-                    if op.collective == "recv":
-                        need = self._needs(st, seg)
-                        if need is not None and hm is not None and hm.sync_on_pipeline_p2p:
-                            host_sync = True
-                        if need is not None:
-                            yield from self._event_wait(st, need, ("PP", need, None))
-                    elif op.collective == "send" and self._sends_allowed(st, seg):
-                        self._send(st, seg[0], seg[1], seg[2], int(op.size_bytes))
-                    continue
-                rc = rows[i] if st.record else None
-                if group in _CROSS_STAGE:
-                    h = self._issue_cross(st, op, rc)
-                    if op.blocking:
-                        if hm is not None and op.name.startswith(hm.host_sync_ops):
-                            host_sync = True
-                        # the engine always blocks here (the op ends by an event), so its kind is
-                        # listed even when nothing is exposed
-                        stats.exposed_kind_s.setdefault(group, 0.0)
-                        yield from self._event_wait(st, h, (report_group(group), h, op))
-                        continue
-                else:
-                    # an intra-stage collective: FIFO on its kind's stream, its idle-network time long
-                    info = opinfo.get(id(op)) or self._op_info(st, op)
-                    est = info.est
-                    start = fast_free.get(group, 0.0)
-                    clock = st.clock
-                    if start < clock:
-                        start = clock
-                    done = start + est
-                    fast_free[group] = done
-                    h = _Rec(info, start, done)
-                    log_append(h)
-                    if info.fp is not None:
-                        h.fp = info.fp
-                        st.live.append(h)
+                    if tr is not None:
+                        tr((stage, "compute", name, clock, a, b, c))
                     if rc is not None:
-                        row, col = rc
-                        ls = eng.layers[row]
-                        ls.comm_s[col] += est
-                        ls.comm_bytes[col] += op.size_bytes
-                        ls.comm_kind[col] = (info.collective, info.group_size)
-                    if trace is not None:
-                        trace.append((st.stage, info.thread, info.name, start, est, "comm", info.comm_args))
-                    if op.blocking:
-                        if done > clock:
-                            self._fast_wait(st, h)
-                        if info.host_sync:
-                            host_sync = True
-                        continue
-                if op.wait_op:
+                        layers[rc[0]].compute_s[rc[1]] += a
+                    clock += a
+                    compute += a
+                    continue
+                if code == _OTHER:
+                    st.clock, st.host = clock, host
+                    if (yield from self._other_op(st, seg, op, rc, pending, outstanding)):
+                        host_sync = True
+                    clock, host = st.clock, st.host
+                    continue
+                # an intra-stage collective: FIFO on its kind's stream, its idle-network time long
+                group = a.kind
+                est = a.est
+                start = fast_free.get(group, 0.0)
+                if start < clock:
+                    start = clock
+                done = start + est
+                fast_free[group] = done
+                if rc is not None:
+                    ls = layers[rc[0]]
+                    col = rc[1]
+                    ls.comm_s[col] += est
+                    ls.comm_bytes[col] += op.size_bytes
+                    ls.comm_kind[col] = (a.collective, a.group_size)
+                if tr is not None:
+                    tr((stage, a.thread, name, start, est, "comm", a.comm_args))
+                if b == _BLOCK:
+                    # logged as sim.engine's arithmetically timed records: (info, start, done, exposed)
+                    if done > clock:
+                        dt = done - clock
+                        exposed[a.report_group] += dt
+                        kinds[group] = kinds.get(group, 0.0) + dt
+                        if rc is not None:
+                            layers[rc[0]].exposed_s[rc[1]] += dt
+                        if tr is not None:
+                            tr((stage, "compute", a.wait_name, clock, dt, "wait", a.wait_args))
+                        clock = done
+                        log_append((a, start, done, dt))
+                    else:
+                        log_append((a, start, done, 0.0))
+                    if a.fp is not None:
+                        ghost = True
+                    if a.host_sync:
+                        host_sync = True
+                    continue
+                h = _Rec(a, start, done)
+                log_append(h)
+                if a.fp is not None:
+                    h.fp = a.fp
+                    st.live.append(h)
+                if b == _PENDING:
                     pending.setdefault(op.wait_op, []).append(h)
-                elif op.microbatch == "last" and seg[0] in ("fwd", "bwd"):
+                elif b == _DEFER:
                     st.deferred.append((h, op))
                 else:
                     outstanding.append((h, op))
+            st.clock, st.host = clock, host
+            stats.compute_s, stats.overhead_s, stats.slowdown_s = compute, overhead, slowdown
             # non-blocking ops whose wait_op did not follow them in this list: waited here
             for hs in pending.values():
                 outstanding.extend((h, None) for h in hs)
@@ -594,6 +647,36 @@ class FastRun:
             if not explicit and self._sends_allowed(st, seg):
                 self._send(st, seg[0], seg[1], seg[2])
         stats.end_s = st.clock
+
+    def _other_op(self, st: _Stage, seg, op, rc, pending: dict, outstanding: list):
+        """A pipeline send / receive or a cross-stage collective of a stage's program, from st.clock (a
+        generator: it may wait for events); returns whether the host reads its result (host sync)."""
+        eng = self.eng
+        hm = eng.host
+        group = op.group
+        if group == "pp":
+            if op.collective == "recv":
+                need = self._needs(st, seg)
+                if need is not None:
+                    yield from self._event_wait(st, need, ("PP", need, None))
+                    return hm is not None and hm.sync_on_pipeline_p2p
+            elif op.collective == "send" and self._sends_allowed(st, seg):
+                self._send(st, seg[0], seg[1], seg[2], int(op.size_bytes))
+            return False
+        h = self._issue_cross(st, op, rc)
+        if op.blocking:
+            # the engine always blocks here (the op ends by an event), so its kind is listed even
+            # when nothing is exposed
+            st.stats.exposed_kind_s.setdefault(group, 0.0)
+            yield from self._event_wait(st, h, (report_group(group), h, op))
+            return hm is not None and op.name.startswith(hm.host_sync_ops)
+        if op.wait_op:
+            pending.setdefault(op.wait_op, []).append(h)
+        elif op.microbatch == "last" and seg[0] in ("fwd", "bwd"):
+            st.deferred.append((h, op))
+        else:
+            outstanding.append((h, op))
+        return False
 
     # ---------------- driver ----------------
     def run(self) -> EngineResult:
@@ -640,22 +723,32 @@ class FastRun:
 
     def _rows(self) -> tuple[list[dict], int]:
         """(StepReport.collectives rows of the log, number of fast records). The rows are those of
-        sim.simulation._collective_rows, with the same values: a fast record's row is its op's fixed
-        columns (_OpInfo.row) and its times; the other operations' rows come from _collective_rows."""
+        sim.simulation._collective_rows, with the same values: a fast record's row (a blocking one's
+        (_OpInfo, start_s, done_s, exposed_s) tuple, a non-blocking one's _Rec) is a copy of its op's
+        fixed columns (_OpInfo.row) with its times; the other operations' rows come from _collective_rows."""
         from sim.simulation import _collective_rows
         eng = self.eng
         log = self.log
-        others = iter(_collective_rows([h for h in log if not h.fast], eng.rep_ranks, eng.row_key))
+        others = iter(_collective_rows([h for h in log if type(h) is not tuple and not h.fast],
+                                       eng.rep_ranks, eng.row_key))
         rows: list[dict] = []
         append = rows.append
         n_fast = 0
         for h in log:
-            if h.fast:
-                n_fast += 1
-                s, d = h.start_s, h.done_s
-                append(dict(h.info.row, start_s=s, end_s=d, duration_s=d - s, exposed_s=h.exposed_s))
+            if type(h) is tuple:
+                info, s, d, e = h
+            elif h.fast:
+                info, s, d, e = h.info, h.start_s, h.done_s, h.exposed_s
             else:
                 append(next(others))
+                continue
+            n_fast += 1
+            row = info.row.copy()
+            row["start_s"] = s
+            row["end_s"] = d
+            row["duration_s"] = d - s
+            row["exposed_s"] = e
+            append(row)
         return rows, n_fast
 
 

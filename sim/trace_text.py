@@ -8,7 +8,8 @@ dict or a string per slice: the head (pid, tid, name, cat) and the argument dict
 and are encoded once each, both ends of a slice are rounded to whole nanoseconds with numpy, and a
 piece of up to CHUNK_SLICES slices is one bytes %-format of a repeated template, whose %d writes the
 whole microseconds from integers and a table the fraction (what repr of the float writes, at a fraction
-of its cost). Times: the engine's seconds in, the trace's microseconds out.
+of its cost); a slice's end (its duration and argument text) is made once per distinct (duration,
+arguments) pair. Times: the engine's seconds in, the trace's microseconds out.
 """
 
 from __future__ import annotations
@@ -132,24 +133,50 @@ def slice_texts(keys: list, arg_ids: list, tails: dict, head_of: dict, ts_ns: np
     "args"). before[i] / after[i]: event texts (joined by ",") placed just before / after slice i."""
     n = len(keys)
     head_bytes = {k: h.encode() for k, h in head_of.items()}
-    tail_bytes = {k: t.encode() for k, t in tails.items()}
     heads = list(map(head_bytes.__getitem__, keys))
-    ends = list(map(tail_bytes.get, arg_ids, repeat(b"}")))
+    ends = _slice_ends(arg_ids, tails, dur_ns)
     for i, text in (before or {}).items():
         heads[i] = text.encode() + b"," + heads[i]
     for i, text in (after or {}).items():
         ends[i] = ends[i] + b"," + text.encode()
     ts_fmt, ts_q, ts_r = _us_columns(ts_ns)
-    dur_fmt, dur_q, dur_r = _us_columns(dur_ns)
-    fmt = b"%s" + ts_fmt + b',"dur":' + dur_fmt + b"%s,"
+    fmt = b"%s" + ts_fmt + b"%s,"
     pieces = []
     for lo in range(0, n, CHUNK_SLICES):
         hi = min(lo + CHUNK_SLICES, n)
-        flat: list = [None] * (6 * (hi - lo))
-        for k, col in enumerate((heads, ts_q, ts_r, dur_q, dur_r, ends)):
-            flat[k::6] = col[lo:hi]
+        flat: list = [None] * (4 * (hi - lo))
+        for k, col in enumerate((heads, ts_q, ts_r, ends)):
+            flat[k::4] = col[lo:hi]
         pieces.append((fmt * (hi - lo))[:-1] % tuple(flat))
     return pieces
+
+
+def _slice_ends(arg_ids: list, tails: dict, dur_ns: np.ndarray) -> list[bytes]:
+    """',"dur":' + the duration + the argument tail (or "}") of every slice, as bytes: each distinct
+    (duration, argument dict) text is made once (a stage's kernels repeat their durations and arguments
+    micro-batch after micro-batch, so a trace has a few distinct ends per ten slices)."""
+    n = len(arg_ids)
+    tail_bytes = {k: t.encode() for k, t in tails.items()}
+    seen: dict[int, int] = {}
+    code = np.fromiter(map(seen.setdefault, arg_ids, range(n)), dtype=np.int64, count=n)   # first slice of its args
+    if n == 0 or int(dur_ns.min()) < 0 or int(dur_ns.max()) >= (1 << 62) // (n + 1):
+        dur_fmt, dur_q, dur_r = _us_columns(dur_ns)       # (duration, args) pairs not packable in an int64
+        fmt = b',"dur":' + dur_fmt + b"%s"
+        return [fmt % t for t in zip(dur_q, dur_r, map(tail_bytes.get, arg_ids, repeat(b"}")))]
+    pair = dur_ns * (n + 1) + code
+    order = np.argsort(pair, kind="stable")
+    ordered = pair[order]
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    which = np.empty(n, dtype=np.int64)
+    which[order] = np.cumsum(new) - 1          # slice -> its distinct (duration, args) pair
+    distinct = ordered[new]
+    dur_fmt, dur_q, dur_r = _us_columns(distinct // (n + 1))
+    fmt = b',"dur":' + dur_fmt + b"%s"
+    texts = [fmt % (q, r, tail_bytes.get(arg_ids[c], b"}"))
+             for q, r, c in zip(dur_q, dur_r, (distinct % (n + 1)).tolist())]
+    return np.array(texts, dtype=object)[which].tolist()
 
 
 def encode_events(events: list) -> list[str | bytes]:

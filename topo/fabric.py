@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from topo.errors import TopoError
 from topo.limits import ALLOW_HUGE_ENV, MAX_CABLES, MAX_NODES, over_limit
-from topo.model import LazyLinks, LinkArrays, Node, Topology, link_maker
+from topo.model import LazyLinks, LinkArrays, Topology, link_maker, node_maker
 
 
 @dataclass(frozen=True)
@@ -74,16 +74,26 @@ class _Builder:
     simulation reads only the columns."""
 
     def __init__(self) -> None:
-        self.nodes: list[Node] = []
-        self.ends: list[int] = []       # a, b of every cable in order: link 2k = a -> b, 2k+1 = b -> a
-        self.cls: list[int] = []        # per cable: index into self.classes
+        self.nodes: list = []
+        # cables: a first block as numpy arrays (gpu_block), then lists appended to; ends holds a, b of
+        # every cable in order (link 2k = a -> b, 2k+1 = b -> a), cls per cable an index into classes
+        self.head: tuple | None = None
+        self.ends: list[int] = []
+        self.cls: list[int] = []
         self.classes: list[tuple[Rate, Rate, str, float]] = []
         self._class_ids: dict[tuple, int] = {}
 
     def add(self, count: int, kind: str, tier: str) -> int:
         base = len(self.nodes)
-        self.nodes.extend(Node(base + i, kind, tier) for i in range(count))
+        mk = node_maker()
+        self.nodes.extend([mk(i, kind, tier) for i in range(base, base + count)])
         return base
+
+    def gpu_block(self, ends, cls) -> None:
+        """The first cables, as arrays: ends (a, b of each cable, flat) and their link classes."""
+        if self.head is not None or self.ends:
+            raise AssertionError("topo.fabric._Builder.gpu_block: must be the first cables")
+        self.head = (ends, cls)
 
     def link_class(self, rate: Rate, delay: Rate, kind: str, er: float) -> int:
         # by identity: a spec holds a few Rate objects, used by thousands of cables
@@ -107,10 +117,14 @@ class _Builder:
 
     def topology(self, G: int, gps: int, gpu_type: str, dom: int, name: str, notes: list[str]) -> Topology:
         import numpy as np
-        n = len(self.ends)
         src = np.array(self.ends, dtype=np.int64)                  # link 2k: a -> b, 2k+1: b -> a
+        cable_cls = np.array(self.cls, dtype=np.int64)
+        if self.head is not None:
+            src = np.concatenate((np.asarray(self.head[0], dtype=np.int64), src))
+            cable_cls = np.concatenate((np.asarray(self.head[1], dtype=np.int64), cable_cls))
+        n = len(src)
         dst = src.reshape(-1, 2)[:, ::-1].reshape(-1) if n else src.copy()
-        link_cls = np.repeat(np.array(self.cls, dtype=np.int64), 2)
+        link_cls = np.repeat(cable_cls, 2)
         classes = self.classes
         bw = [c[0].value for c in classes]
         lat = [c[1].value for c in classes]
@@ -129,9 +143,12 @@ class _Builder:
             return [mk(i, s, d, bw[c], lat[c], kinds[c], ers[c], rtext[c], dtext[c])
                     for i, (s, d, c) in enumerate(zip(src.tolist(), dst.tolist(), cls_list))]
 
+        # kind codes (topo.model.link_kind_codes) from the classes: kinds numbered in first-seen order
+        names = {k: i for i, k in enumerate(dict.fromkeys(kinds[c] for c in dict.fromkeys(cls_list)))}
+        by_class = np.array([names.get(k, -1) for k in kinds] or [0], dtype=np.int64)
         # the columns topo.model._link_arrays would read from the links (health: capacity_factor 1)
         arrays = LinkArrays(src, dst, column(bw), column(lat), 1.0 * (1.0 - column(ers)),
-                            list(map(kinds.__getitem__, cls_list)))
+                            list(map(kinds.__getitem__, cls_list)), (names, by_class[link_cls]))
         return Topology(G, gps, gpu_type, dom, tuple(self.nodes), LazyLinks(n, make_links, arrays), name=name,
                         notes=tuple(notes))
 
@@ -180,23 +197,20 @@ def _build_fabric(spec: FabricSpec, name: str) -> Topology:
     er = spec.error_rate
 
     # ---- host-side switches ----
-    host_links: list[list[tuple[int, int]]] = [[] for _ in range(G)]     # per GPU: (switch, link class)
+    import numpy as np
+    # NVSwitch hosts: per GPU its switches (a G x n array: base + domain x n + k) and the link class of
+    # each of the n links; PCIe hosts: per GPU (switch, link class) pairs
+    host_sw = np.zeros((G, 0), dtype=np.int64)
+    host_cls: list[int] = []
+    host_links: list[list[tuple[int, int]]] = []
     if spec.host == "simai":
         n = spec.nvswitch_count
         _need(n >= 0, f"{_flag(spec, 'nvswitch_per_server')}: must be >= 0")
-        if n and dom == gps:
-            base = b.add(servers * n, "nvswitch", "nvswitch")
-            nv = b.link_class(spec.nvlink, spec.nvlink_latency, "nvlink", er)
-            for g in range(G):
-                s = g // gps
-                host_links[g] = [(base + s * n + k, nv) for k in range(n)]
-        elif n:
-            domains = G // dom
-            base = b.add(domains * n, "nvswitch", "nvswitch")
-            nv = b.link_class(spec.nvlink, spec.nvlink_latency, "nvlink", er)
-            for g in range(G):
-                d = g // dom
-                host_links[g] = [(base + d * n + k, nv) for k in range(n)]
+        if n:
+            # dom == gps: n switches per server, else n per NVLink domain
+            base = b.add((servers if dom == gps else G // dom) * n, "nvswitch", "nvswitch")
+            host_sw = base + (np.arange(G, dtype=np.int64) // dom * n)[:, None] + np.arange(n, dtype=np.int64)
+            host_cls = [b.link_class(spec.nvlink, spec.nvlink_latency, "nvlink", er)] * n
     elif spec.host == "chips":
         n = spec.nvswitch_count
         _need(n >= 1, f"{_flag(spec, 'nvswitch_chips')}: must be >= 1")
@@ -205,10 +219,8 @@ def _build_fabric(spec: FabricSpec, name: str) -> Topology:
         w = spec.nvlink_chip_links or (1,) * n
         _need(len(w) == n and min(w) > 0, f"{_flag(spec, 'nvswitch_chip_links')}: need {n} positive port counts, got {list(w)}")
         per_chip = [Rate(spec.nvlink.value * x / sum(w), _fmt_rate(spec.nvlink.value * x / sum(w))) for x in w]
-        chip_cls = [b.link_class(r, spec.nvlink_latency, "nvlink", er) for r in per_chip]
-        for g in range(G):
-            d = g // dom
-            host_links[g] = [(base + d * n + k, chip_cls[k]) for k in range(n)]
+        host_cls = [b.link_class(r, spec.nvlink_latency, "nvlink", er) for r in per_chip]
+        host_sw = base + (np.arange(G, dtype=np.int64) // dom * n)[:, None] + np.arange(n, dtype=np.int64)
     elif spec.host == "pcie":
         p = spec.pcie_switches_per_server
         _need(p >= 1 and gps % p == 0, f"pcie_switches_per_server: {p} must divide GPUs per server {gps}")
@@ -216,7 +228,7 @@ def _build_fabric(spec: FabricSpec, name: str) -> Topology:
         pc = b.link_class(spec.pcie, spec.pcie_latency, "pcie", er)
         for g in range(G):
             s, i = divmod(g, gps)
-            host_links[g] = [(pcie_base + s * p + i // (gps // p), pc)]
+            host_links.append([(pcie_base + s * p + i // (gps // p), pc)])
     else:
         raise TopoError(f"host: unknown server model '{spec.host}' (simai, chips, pcie)")
 
@@ -237,7 +249,7 @@ def _build_fabric(spec: FabricSpec, name: str) -> Topology:
     n_ep = servers * rails  # network endpoints (GPUs or NICs)
 
     # ---- network ----
-    ep_tor: list[list[int]] = []
+    ep_tor = np.zeros((0, 1), dtype=np.int64)      # per endpoint (row) its ToRs
     asw_psw: list[tuple[int, int]] = []
     psw_core: list[tuple[int, int, Rate]] = []
     if spec.network and spec.fat_tree_k:
@@ -246,19 +258,23 @@ def _build_fabric(spec: FabricSpec, name: str) -> Topology:
         ep_tor, asw_psw, psw_core = _clos(spec, b, n_ep, rails, notes)
 
     # ---- cables in SimAI order ----
-    ends, cls = b.ends, b.cls        # one cable per GPU link: appended here without a call each
     net_cls = b.link_class(spec.nic, spec.latency, "network", er) if spec.network and not use_nics else -1
-    for g in range(G):
-        for sw, c in host_links[g]:
-            ends += (g, sw)
-            cls.append(c)
-        if net_cls >= 0:
-            for tor in ep_tor[g]:
-                ends += (g, tor)
-                cls.append(net_cls)
-        elif spec.network and spec.host != "pcie":
-            s, i = divmod(g, gps)
-            b.cable(g, nic_base + s * rails + i // spec.gpus_per_nic, spec.pcie, spec.pcie_latency, "pcie", er)
+    if spec.host != "pcie" and not use_nics:
+        # per GPU its host links, then its ToR links: one block of arrays
+        tors = ep_tor[:G] if net_cls >= 0 else np.zeros((G, 0), dtype=np.int64)
+        peers = np.concatenate((host_sw, tors), axis=1)
+        per = peers.shape[1]
+        ends = np.stack((np.repeat(np.arange(G, dtype=np.int64), per), peers.reshape(-1)), axis=1).reshape(-1)
+        b.gpu_block(ends, np.tile(np.array(host_cls + [net_cls] * tors.shape[1], dtype=np.int64), G))
+    else:
+        ends, cls = b.ends, b.cls        # one cable per GPU link: appended here without a call each
+        for g in range(G):
+            for sw, c in (host_links[g] if host_links else zip(host_sw[g].tolist(), host_cls)):
+                ends += (g, sw)
+                cls.append(c)
+            if spec.network and spec.host != "pcie":
+                s, i = divmod(g, gps)
+                b.cable(g, nic_base + s * rails + i // spec.gpus_per_nic, spec.pcie, spec.pcie_latency, "pcie", er)
     if spec.host == "pcie":
         p = spec.pcie_switches_per_server
         for s in range(servers):
@@ -272,7 +288,7 @@ def _build_fabric(spec: FabricSpec, name: str) -> Topology:
                 s, j = divmod(e, rails)
                 p = spec.pcie_switches_per_server
                 b.cable(nic, pcie_base + s * p + j // (rails // p), spec.pcie, spec.pcie_latency, "pcie", er)
-            for tor in ep_tor[e]:
+            for tor in ep_tor[e].tolist():
                 b.cable(nic, tor, spec.nic, spec.latency, "network", er)
     if asw_psw:
         b.cables(asw_psw, b.link_class(spec.asw_psw, spec.latency, "network", er))
@@ -338,20 +354,18 @@ def _clos(spec: FabricSpec, b: _Builder, n_ep: int, rails: int, notes: list[str]
     for p in range(pods):
         asw_base.append(b.add(pod_segs[p] * asw_per_seg * banks, "switch", "asw"))
     psw_base = [b.add(psn, "switch", "psw") for _ in range(pods)]
-    ep_tor: list[list[int]] = []
+    import numpy as np
+    ep_parts = []          # per pod: its endpoints' ToRs (rows), one column per bank
     seg_start = 0
     for p in range(pods):
         bank_size = pod_segs[p] * asw_per_seg
         lo = seg_start * seg_eps
         hi = min(n_ep, (seg_start + pod_segs[p]) * seg_eps)
-        for e in range(lo, hi):
-            local = e - lo
-            if spec.rail_optimized:
-                idx = (local // seg_eps) * rails + local % rails
-            else:
-                idx = local // npa
-            ep_tor.append([asw_base[p] + bank * bank_size + idx for bank in range(banks)])
+        local = np.arange(hi - lo, dtype=np.int64)
+        idx = (local // seg_eps) * rails + local % rails if spec.rail_optimized else local // npa
+        ep_parts.append(asw_base[p] + np.arange(banks, dtype=np.int64) * bank_size + idx[:, None])
         seg_start += pod_segs[p]
+    ep_tor = np.concatenate(ep_parts)
     asw_psw: list[tuple[int, int]] = []
     half = psn // planes
     for p in range(pods):
@@ -393,7 +407,8 @@ def _fat_tree(spec: FabricSpec, b: _Builder, n_ep: int):
     edge = b.add(pods * h, "switch", "asw")
     agg = b.add(pods * h, "switch", "psw")
     core = b.add(h * h, "switch", "csw")
-    ep_tor = [[edge + e // h] for e in range(n_ep)]
+    import numpy as np
+    ep_tor = edge + np.arange(n_ep, dtype=np.int64)[:, None] // h
     asw_psw = [(edge + p * h + i, agg + p * h + j) for p in range(pods) for i in range(h) for j in range(h)]
     rate = spec.asw_psw
     psw_core = [(agg + p * h + j, core + j * h + m, rate) for p in range(pods) for j in range(h) for m in range(h)]

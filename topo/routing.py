@@ -87,6 +87,43 @@ class _Grow:
         return self.buf[:self.n]
 
 
+class _DistRows:
+    """Hop counts towards switches as rows of one matrix (grown by doubling), found by switch node id:
+    complete BFS rows (dist_to's) and rows of searches stopped early (_bfs_many: -1 = not known)."""
+
+    __slots__ = ("slot", "rows", "done", "n")
+
+    def __init__(self, n_nodes: int, m: int) -> None:
+        self.slot = np.full(n_nodes, -1, dtype=np.int64)
+        self.rows = np.full((16, m), -1, dtype=np.int32)
+        self.done = np.zeros(16, dtype=bool)
+        self.n = 0
+
+    def put(self, switch: int, row: np.ndarray, done: bool) -> None:
+        i = int(self.slot[switch])
+        if i < 0:
+            if self.n == len(self.done):
+                grow = len(self.done)
+                self.rows = np.concatenate((self.rows, np.full((grow, self.rows.shape[1]), -1, dtype=np.int32)))
+                self.done = np.concatenate((self.done, np.zeros(grow, dtype=bool)))
+            i = self.n
+            self.slot[switch] = i
+            self.n += 1
+        elif not done and not self.done[i]:       # two partial searches: both exact where known
+            row = np.where(row >= 0, row, self.rows[i])
+        if done or not self.done[i]:
+            self.rows[i] = row
+            self.done[i] = done
+
+    def get(self, switches: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(hop count from each column switch towards each switch, -1 = not known; whether that row
+        is complete)."""
+        i = self.slot[switches]
+        has = i >= 0
+        j = np.where(has, i, 0)
+        return np.where(has, self.rows[j, cols], -1), has & self.done[j]
+
+
 class Router:
     """`Router(topology, pxn=False, rail_aligned=False).path(src_gpu, dst_gpu, flow_key=0) -> link ids`."""
 
@@ -109,7 +146,6 @@ class Router:
         la = link_arrays_of(t)
         src, dst = la.src, la.dst
         self._la = la
-        self._gpu_links: dict[tuple[int, int], int] | None = None   # (GPU, peer) -> first link, on first use
         n_l = len(src)
         self._paired = n_l % 2 == 0 and bool(np.array_equal(src[0::2], dst[1::2])) and \
             bool(np.array_equal(dst[0::2], src[1::2]))
@@ -129,6 +165,7 @@ class Router:
         self._out_lid = lid[order]
         self._out_src = s_c[order]
         self._dist: dict[int, np.ndarray] = {}
+        self._rows: _DistRows | None = None       # net_hop_parts' distance rows, on first use
         self._route: dict[int, tuple[array, array, array, array]] = {}
         self._idx = self._sw_index.tolist()
         self._ports: dict[int, list[tuple[tuple[int, ...], int]]] = {}
@@ -309,22 +346,20 @@ class Router:
                 return lk.id
         raise KeyError((a, b))
 
-    def _first_links_from_gpus(self) -> dict[tuple[int, int], int]:
-        """(GPU, peer) -> lowest link id GPU -> peer (what _link_between returns), for every link out of a GPU."""
-        la = self._la
-        sel = np.flatnonzero(la.src < self.topology.num_gpus)[::-1]    # reversed: the lowest id is written last
-        return dict(zip(zip(la.src[sel].tolist(), la.dst[sel].tolist()), sel.tolist()))
+    def _first_link(self, a: int, b: int) -> int:
+        """Lowest link id a -> b (what _link_between returns), from the link CSR (_out: link id order)."""
+        for lid, d in self._out(a):
+            if d == b:
+                return lid
+        raise KeyError((a, b))
 
     def _src_ports(self, g: int) -> list[tuple[tuple[int, ...], int]]:
         got = self._ports.get(g)
         if got is None:
             got = []
-            first = self._gpu_links
-            if first is None:
-                first = self._gpu_links = self._first_links_from_gpus()
             for nodes in self.topology.gpu_ports(g):
-                # the first hop leaves the GPU (table); later hops (NIC, PCIe switch) by search
-                lids = (first[(nodes[0], nodes[1])],)
+                # the first hop leaves the GPU (link CSR); later hops (NIC, PCIe switch) by search
+                lids = (self._first_link(nodes[0], nodes[1]),)
                 if len(nodes) > 2:
                     lids += tuple(self._link_between(x, y) for x, y in zip(nodes[1:], nodes[2:]))
                 got.append((lids, nodes[-1]))
@@ -372,7 +407,52 @@ class Router:
             dist[nb] = level
             frontier = nb
         self._dist[switch] = dist
+        if self._rows is not None:
+            self._rows.put(switch, dist, True)
         return dist
+
+    def _bfs_many(self, switches: list[int], want: np.ndarray | None = None, max_cells: int = 1 << 22) -> None:
+        """dist_to of several switches at once: one BFS over (destination, switch) cells per level for
+        all of them (at most `max_cells` cells per batch), the same hop counts as one dist_to per
+        switch. want: None, or per switch (row) the switches (compact index, columns) whose distance
+        is needed: a batch stops once they are all known. A finished BFS goes to dist_to's cache;
+        every row to net_hop_parts' (_DistRows; a row stopped early: its known cells exact)."""
+        m = len(self._sw_ids)
+        step = max(1, max_cells // max(m, 1))
+        ptr, src = self._in_ptr, self._in_src
+        for lo in range(0, len(switches), step):
+            batch = switches[lo:lo + step]
+            k = len(batch)
+            dist = np.full((k, m), -1, dtype=np.int32)
+            flat = dist.reshape(-1)
+            wanted = None if want is None else want[lo:lo + step].reshape(-1)
+            row = np.arange(k, dtype=np.int64)
+            node = self._sw_index[np.array(batch, dtype=np.int64)]
+            flat[row * m + node] = 0
+            level = 0
+            while node.size:
+                if wanted is not None and not (wanted & (flat < 0)).any():
+                    break                               # every wanted cell known: the rest is not needed
+                level += 1
+                starts = ptr[node]
+                counts = ptr[node + 1] - starts
+                total = int(counts.sum())
+                if total == 0:
+                    node = node[:0]                     # nothing further: every search is complete
+                    break
+                offs = np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(total)
+                mark = np.zeros(k * m, dtype=bool)
+                mark[np.repeat(row, counts) * m + src[offs]] = True
+                cells = np.flatnonzero(mark & (flat < 0))
+                flat[cells] = level
+                row, node = cells // m, cells % m
+            stopped = set(row.tolist()) if node.size else set()     # rows whose frontier was left
+            rows = self._dist_table()
+            for i, sw in enumerate(batch):
+                done = i not in stopped or not (dist[i] < 0).any()
+                if done:
+                    self._dist[sw] = dist[i]
+                rows.put(sw, dist[i], done)
 
     def _towards(self, switch: int) -> tuple[array, array, array, array]:
         """Per destination switch: distances and the next-hop edges (CSR by switch) of all
@@ -544,11 +624,28 @@ class Router:
         if len(sel):
             idx = self._sw_index
             s_c, d_sw = idx[sw[src[sel]]], sw[dst[sel]]
-            for d in sorted(set(d_sw.tolist())):
-                at = d_sw == d
-                dist[sel[at]] = self.dist_to(d)[s_c[at]]
+            rows = self._dist_table()
+            got, done = rows.get(d_sw, s_c)
+            need = (got < 0) & ~done
+            if need.any():
+                # BFS towards the switches not known yet, each only as deep as its pairs need
+                todo = sorted(set(d_sw[need].tolist()))      # (np.unique would import numpy.ma)
+                want = np.zeros((len(todo), len(self._sw_ids)), dtype=bool)
+                want[np.searchsorted(np.array(todo, dtype=np.int64), d_sw[need]), s_c[need]] = True
+                self._bfs_many(todo, want)
+                got[need] = rows.get(d_sw[need], s_c[need])[0]
+            dist[sel] = got
         ok &= dist >= 0
         return ok, first[src], first[dst] ^ 1, dist
+
+    def _dist_table(self) -> _DistRows:
+        """net_hop_parts' distance rows (created on first use with the rows dist_to found so far)."""
+        rows = self._rows
+        if rows is None:
+            rows = self._rows = _DistRows(len(self._sw_index), len(self._sw_ids))
+            for sw, d in self._dist.items():
+                rows.put(sw, d, True)
+        return rows
 
     def inner_links(self) -> np.ndarray:
         """Ids of the links between network switches (the middle links of net_paths' routes)."""

@@ -202,6 +202,60 @@ def _read_lines(path: str) -> tuple[dict, list[_Line], list[tuple[int, str]], st
             or any(not t[0].startswith("#") for _, t in rest):
         got = sum(1 for _, t in rows[2:] if not t[0].startswith("#"))
         raise ConfigFileError(f"{path}:{rows[1][0]}: header announces {n} layer lines but the file has {got}")
+    lines = _parse_body_bulk(body)
+    if lines is None:        # some field is bad: the line-by-line parse names the first one
+        lines = _parse_body(path, body)
+    last = body[-1][0] if body else rows[1][0]
+    covered = "\n".join(ln.rstrip() for ln in raw[:last])
+    trailer = [(ln, raw[ln - 1].strip()) for ln, _ in rest]
+    return header, lines, trailer, covered
+
+
+# (field index, what, lo, hi) of a layer line's integer fields, in the order _parse_body checks them
+_INT_FIELDS = ((2, "forward compute time", 0, MAX_NS), (5, "input-grad compute time", 0, MAX_NS),
+               (8, "weight-grad compute time", 0, MAX_NS), (11, "weight-grad update time", 0, MAX_NS),
+               (1, "dependency field", None, None), (4, "fwd comm size", 0, MAX_BYTES),
+               (7, "ig comm size", 0, MAX_BYTES), (10, "wg comm size", 0, MAX_BYTES))
+_COMM_FIELDS = (("fwd", 3, 4), ("ig", 6, 7), ("wg", 9, 10))
+
+
+def _parse_body_bulk(body: list) -> list[_Line] | None:
+    """_parse_body of valid layer lines, column by column: each distinct field text is converted once
+    (_int, _comm_from: pure functions of the text), so a file of thousands of lines costs a few
+    conversions per distinct value. None when a line has the wrong field count or a distinct value
+    is invalid: then _parse_body reads the lines in order and raises its error for the first bad field."""
+    if not body or any(len(t) != 12 for _, t in body):
+        return None
+    cols = list(zip(*(t for _, t in body)))
+    conv: dict[int, list[int]] = {}
+    try:
+        for ci, what, lo, hi in _INT_FIELDS:
+            col = cols[ci]
+            values = {u: _int(u, "", what, lo, hi) for u in set(col)}
+            conv[ci] = list(map(values.__getitem__, col))
+        comms = []
+        for col, ci, _si in _COMM_FIELDS:
+            values = {u: _comm_from(u, col, "") for u in set(cols[ci])}
+            comms.append(list(map(values.__getitem__, cols[ci])))
+    except ConfigFileError:
+        return None
+    fwd_ns, ig_ns, wg_ns = conv[2], conv[5], conv[8]
+    sizes = [conv[si] for _c, _ci, si in _COMM_FIELDS]
+    lines = []
+    for i, (lineno, t) in enumerate(body):
+        cs, ss = [], []
+        for k in (0, 1, 2):
+            c, size = comms[k][i], sizes[k][i]
+            if c is None or size == 0:
+                c, size = None, 0
+            cs.append(c)
+            ss.append(size)
+        lines.append(_Line(t[0], (fwd_ns[i], ig_ns[i], wg_ns[i]), tuple(cs), tuple(ss), lineno))
+    return lines
+
+
+def _parse_body(path: str, body: list) -> list[_Line]:
+    """The layer lines (line number, fields) as _Lines, line by line; errors name file:line."""
     lines = []
     comm_of: dict = {}   # (name, column) -> parsed comm type
     for lineno, t in body:
@@ -224,10 +278,7 @@ def _read_lines(path: str) -> tuple[dict, list[_Line], list[tuple[int, str]], st
             comms.append(c)
             sizes.append(size)
         lines.append(_Line(t[0], ns, tuple(comms), tuple(sizes), lineno))
-    last = body[-1][0] if body else rows[1][0]
-    covered = "\n".join(ln.rstrip() for ln in raw[:last])
-    trailer = [(ln, raw[ln - 1].strip()) for ln, _ in rest]
-    return header, lines, trailer, covered
+    return lines
 
 
 def _fold(lines: list[_Line], ga: int, max_bottom: int = 64) -> tuple[list[_Line], list[list[_Line]], list[_Line]]:

@@ -1,6 +1,7 @@
 """The planner's batch and pair shortcuts against the plain paths they replace, value for value:
 route_specs_many vs route_spec spec by spec, relabelled canonical specs vs build_specs, the pair
-bandwidths and pair shape vs the general group code, and Planner.call_many vs call one by one."""
+bandwidths and pair shape vs the general group code, Planner.call_many vs call one by one and
+Planner.call_parts_many vs call."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import random
 import numpy as np
 import pytest
 
+import netsim.backend as backend
 import netsim.resolve as resolve
 from netsim.api import CollectiveRequest
 from netsim.backend import _RELABELLED, Planner, _pair_shape
@@ -75,11 +77,16 @@ def test_route_specs_many_equals_route_spec(name, kw, max_hops, monkeypatch):
             _same_routed(a, b)
 
 
+@pytest.mark.parametrize("array_hops", [64, 0])
 @pytest.mark.parametrize("name,kw", CASES, ids=IDS)
-def test_relabelled_specs_equal_build_specs(name, kw):
+def test_relabelled_specs_equal_build_specs(name, kw, array_hops, monkeypatch):
+    # 0: every group relabelled through the template's index arrays (else only groups of 64 hops or more)
+    monkeypatch.setattr(backend, "_RELABEL_ARRAY_HOPS", array_hops)
     t = build(name, **kw)
     p = Planner(t)
     groups = _groups(int(t.num_gpus), 2)
+    n = int(t.num_gpus)
+    groups += [tuple(range(r, n, 2)) for r in (0, 1)]      # long rings and trees (array path at 64)
     rng = random.Random(3)
     groups += [tuple(rng.sample(g, len(g))) for g in groups if len(g) > 2]      # the same GPUs, other orders
     seen = 0
@@ -157,3 +164,43 @@ def test_call_many_rejects_a_bad_request_like_call():
         with pytest.raises(NetsimError) as batched:
             Planner(t).call_many([CollectiveRequest("send", (0, 8), 1), bad])
         assert str(batched.value) == str(plain.value)
+
+
+@pytest.mark.parametrize("name,kw", CASES, ids=IDS)
+def test_call_parts_many_equals_call(name, kw):
+    """call_parts_many (a template plan's fields with the group's channels) against call on a fresh
+    planner: translated groups share a template, so a part taken from the wrong group (its channels)
+    or from the wrong template (its latency, weights, timing) differs."""
+    t = build(name, **kw)
+    n = int(t.num_gpus)
+    parts_planner, plain = Planner(t), Planner(t)
+    groups = _groups(n, 5)
+    half = n // 2
+    groups += [tuple((g + s) % n for g in grp) for grp in groups[-6:] for s in (half, 8)]     # translates
+    for op, sizes in (("send", (1 << 20, 0)), ("all_reduce", (8, 1 << 26)), ("all_gather", (1 << 22,))):
+        for size in sizes:
+            reqs = [CollectiveRequest(op, g, size) for g in groups if op != "send" or len(g) == 2]
+            got = parts_planner.call_parts_many(reqs)
+            assert len(got) == len(reqs)
+            for req, (header, fields, chans) in zip(reqs, got):
+                gpus, alg, proto, flows, delay, mult = plain.call(req)[:6]
+                assert header == (alg, proto, delay, mult, len(flows)), req
+                assert len(fields) == len(chans) == len(flows)
+                for fl, ch, f in zip(fields, chans, flows):
+                    assert np.array_equal(ch, f.channels) and ch.dtype == f.channels.dtype
+                    assert fl == (tuple(f.weights.tolist()), f.frac, f.latency_s, f.cap_Bps, f.deps, f.after, f.nch,
+                                  f.fill_stages, f.fill_chunk)
+    assert parts_planner._parts          # groups took their parts from templates
+
+
+def test_call_parts_many_rejects_a_bad_request_like_call():
+    t = build("spectrum-x", gpus=64)
+    n = int(t.num_gpus)
+    for bad in (CollectiveRequest("send", (0, n), 1), CollectiveRequest("all_reduce", (0, 1, 1), 1),
+                CollectiveRequest("all_reduce", (0, 8), 1, algorithm="nope")):
+        with pytest.raises(NetsimError) as plain:
+            Planner(t).call(bad)
+        for reqs in ([bad], [CollectiveRequest("send", (0, 8), 1), bad]):
+            with pytest.raises(NetsimError) as parts:
+                Planner(t).call_parts_many(reqs)
+            assert str(parts.value) == str(plain.value)

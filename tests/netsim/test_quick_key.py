@@ -111,3 +111,40 @@ def test_uneven_switch_links_give_no_hop_keys():
 def test_two_port_gpus_give_no_hop_keys():
     view = TopoView(build("alibaba-hpn", gpus=64))
     assert view.hop_keys(np.array([0]), np.array([40])) is None
+
+
+def test_new_quick_keys_are_answered_without_routing():
+    # groups whose hop rows differ (a DP-like group inside a pod, one across pods) each get a new quick
+    # key: analytical_s answers from the rows (no route is built) with the plain planner's values
+    t = build(*CASES[1][:1], **CASES[1][1])
+    quick, plain = Planner(t), Planner(t)
+    plain.quick_key = lambda req: None
+    groups = [tuple(range(0, 64, 2)), tuple(range(96, 160, 2)), tuple(range(0, 256, 8)), tuple(range(1, 17))]
+    keys = set()
+    for gpus in groups:
+        for op in ("all_gather", "reduce_scatter", "all_to_all"):      # all_reduce: tree has no closed form
+            for size in (4096, 3 << 20, 1 << 30):
+                req = CollectiveRequest(op, gpus, size)
+                keys.add(quick.quick_key(req))
+                assert quick.analytical_s(req) == plain.analytical_s(req), (op, gpus, size)
+    assert None not in keys and len(keys) == len(quick._quick)
+    assert not quick._routed and not quick._plans and plain._routed
+
+
+@pytest.mark.parametrize("name,kw", KEYED, ids=[c[0] for c in KEYED])
+def test_hop_key_routes_equal_the_routed_class_and_propagation(name, kw):
+    t = build(name, **kw)
+    view = TopoView(t)
+    planner = Planner(t, view=view)
+    for gpus in _groups(t.num_gpus, 7):
+        if len(gpus) < 3:
+            continue
+        for op, alg in (("all_gather", "ring"), ("all_to_all", "direct")):
+            specs = build_specs(planner.shape(gpus)[0], op, alg, 1.0)
+            src = np.array([a for s in specs for a, _ in s.hops], dtype=np.int64)
+            dst = np.array([b for s in specs for _, b in s.hops], dtype=np.int64)
+            rows = view.hop_keys(src, dst)
+            classes, props = view.hop_key_routes(rows)
+            routed = route_specs(view, specs)
+            assert classes == [c for r in routed for c in r.hop_class]
+            assert props == [p for r in routed for p in r.hop_prop_s]      # bit-equal sums

@@ -1,7 +1,8 @@
 """The per-op shortcuts of sim.engine (_compute_run with arithmetically timed communication logged
-without Handles, the quiet window of _contended, blocking arithmetically timed ops left untracked,
-shared pipeline-send requests) must give exactly the per-op path's results: the same report, every
-collective row and every per-layer row, bit for bit, with host overheads, contention and a straggler on."""
+without Handles and its inner loop over kernel runs (_kernel_runs), the quiet window of _contended,
+blocking arithmetically timed ops left untracked, shared pipeline-send requests) must give exactly
+the per-op path's results: the same report, every collective row and every per-layer row, bit for
+bit, with host overheads, contention and a straggler on."""
 
 import dataclasses
 import json
@@ -30,6 +31,15 @@ def _strip(o):
     if isinstance(o, list):
         return [_strip(v) for v in o]
     return o
+
+
+def assert_same(fast, ref) -> None:
+    """_report tuples equal: every collective row, every per-layer row, the report."""
+    # plain booleans: pytest's diff of two long texts would take minutes
+    same_report, same_rows, same_layers = (fast[i] == ref[i] for i in range(3))
+    assert same_rows, "StepReport.collectives differ"
+    assert same_layers, "per-layer rows differ"
+    assert same_report, "reports differ"
 
 
 def _report(job):
@@ -69,19 +79,19 @@ def test_shortcuts_exact(name, monkeypatch):
     orig = engine._StageRun._compute_run
     monkeypatch.setattr(engine._StageRun, "_compute_run",
                         lambda self, seg_no: (calls.append(self.idx), orig(self, seg_no))[1])
+    runs = []       # kernel runs taken by _compute_run's inner loop (host model on, stages past 0)
+    orig_runs = engine._StageRun._kernel_runs
+    monkeypatch.setattr(engine._StageRun, "_kernel_runs", lambda self, ops: (runs.append(1), orig_runs(self, ops))[1])
     logged = []
     orig_rows = simulation._collective_rows
     monkeypatch.setattr(simulation, "_collective_rows", lambda log, *a: (logged.extend(log), orig_rows(log, *a))[1])
     fast, t_fast = _report(JOBS[name])
     assert calls, "the compute-run shortcut was not exercised"
+    assert runs, "the kernel-run loop was not exercised"
     if name == "gpt3_pp8_straggler":      # TP inside NVLink domains: timed arithmetically
         assert any(type(h) is tuple for h in logged), "no op was logged without a Handle"
     monkeypatch.undo()
     _per_op_path(monkeypatch)
     ref, t_ref = _report(JOBS[name])
     assert t_fast == t_ref
-    # plain booleans: pytest's diff of two long texts would take minutes
-    same_report, same_rows, same_layers = (fast[i] == ref[i] for i in range(3))
-    assert same_rows, "StepReport.collectives differ"
-    assert same_layers, "per-layer rows differ"
-    assert same_report, "reports differ"
+    assert_same(fast, ref)

@@ -46,6 +46,31 @@ def test_slice_texts_are_json_dumps_with_events_inserted_and_times_beyond_the_in
     assert tt.slice_texts([], [], {}, {}, ts[:0], dur[:0]) == []
 
 
+@pytest.mark.parametrize("dur", [
+    [5, 5, 5, 7, 7, 0, 5, 5],                                  # repeated (duration, args) pairs, integer path
+    [10**15 + 7, 3, 10**15 + 7, 10**15 + 7, 3, 0, 3, 1],       # durations past the integer text path
+    [2**61, 5, 2**61, 5, 5, 2**61, 0, 5],                       # durations too large to pair in an int64
+])
+def test_slice_ends_made_once_per_duration_and_args_are_the_slices_texts(dur):
+    """Each distinct (duration, argument dict) end is made once and given to every slice that has it;
+    equal durations with other arguments, and equal arguments with other durations, keep their own."""
+    heads = {0: tt.slice_head(0, 0, "k", "fwd")}
+    a, b = {"x": 1}, {"x": 2}
+    args = [a, a, b, a, None, a, b, a]
+    tails = {id(x): f',"args":{tt.encode(x)}}}' for x in (a, b)}
+    ts = np.arange(8, dtype=np.int64) * 1000
+    dur = np.array(dur, dtype=np.int64)
+    pieces = tt.slice_texts([0] * 8, [id(x) for x in args], tails, heads, ts, dur)
+    want = []
+    for i in range(8):
+        x = {"ph": "X", "pid": 0, "tid": 0, "name": "k", "cat": "fwd", "ts": int(ts[i]) / 1000,
+             "dur": int(dur[i]) / 1000}
+        if args[i]:
+            x["args"] = args[i]
+        want.append(_dumps(x))
+    assert b",".join(pieces).decode() == ",".join(want)
+
+
 def test_slices_in_pieces_join_to_the_same_trace(rep, monkeypatch):
     from sim.report import trace_json
     whole = trace_json(rep)

@@ -43,6 +43,11 @@ def test_built_link_columns_rails_and_rail_optimization_match_the_plain_forms(te
         a, b = getattr(la, col), getattr(ref, col)
         assert a.dtype == b.dtype and np.array_equal(a, b), col
     assert la.kind == ref.kind
+    # the builder's kind codes: the distinct kinds of the links in first-seen order, per link its code
+    names, codes = la.kind_codes
+    assert list(names) == list(dict.fromkeys(ref.kind)) and list(names.values()) == list(range(len(names)))
+    assert codes.dtype == np.int64 and [list(names)[c] for c in codes.tolist()] == ref.kind
+    assert ref.kind_codes is None
     # the same topology with the array shortcut of rails / is_rail_optimized switched off
     plain = build(template, **params)
     g, sw, _every = direct_gpu_links(plain)
@@ -50,6 +55,15 @@ def test_built_link_columns_rails_and_rail_optimization_match_the_plain_forms(te
     assert t.rails() == plain.rails()
     assert t._cache.get("nic_rail") == plain._cache.get("nic_rail")
     assert is_rail_optimized(t) == is_rail_optimized(plain)
+
+
+def test_node_maker_builds_the_same_frozen_node():
+    from topo.model import Node, node_maker
+    got = node_maker()(12, "switch", "asw")
+    want = Node(12, "switch", "asw")
+    assert got == want and hash(got) == hash(want) and repr(got) == repr(want)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.tier = "psw"
 
 
 def test_rail_optimization_of_known_fabrics():

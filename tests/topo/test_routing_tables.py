@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from topo.analysis import is_rail_optimized
@@ -94,3 +95,44 @@ def test_is_rail_optimized_matches_per_gpu_definition(name, t):
             servers.setdefault(tor, set()).add(t.server_of(g))
     multi = [tor for tor, s in servers.items() if len(s) > 1]
     assert is_rail_optimized(t) == (bool(multi) and all(len(by_tor[tor]) == 1 for tor in multi))
+
+
+@pytest.mark.parametrize("name,kw,depth", [("multi-pod", {"gpus": 512, "nics_per_asw": 8, "segments_per_pod": 2,
+                                                           "psw_count": 4}, 4),
+                                            ("alibaba-hpn", {"gpus": 64}, 2), ("dcn+", {"gpus": 64}, 2)])
+def test_bfs_of_many_switches_equals_one_by_one(name, kw, depth):
+    from topo.routing import Router
+    from topo.templates import build
+    t = build(name, **kw)
+    one, many = Router(t), Router(t)
+    switches = one._sw_ids.tolist()
+    many._bfs_many(switches[::-1], max_cells=5 * len(switches))     # several batches
+    for sw in switches:
+        d = one.dist_to(sw)
+        assert d.dtype == many._dist[sw].dtype and np.array_equal(d, many._dist[sw])
+    assert max(int(d.max()) for d in many._dist.values()) == depth    # multi-pod: through the core tier
+
+
+def test_hop_distances_of_bfs_stopped_early_equal_full_bfs():
+    # net_hop_parts searches towards each destination switch only as deep as its pairs need; the
+    # distances (and any row kept from such a search) equal full searches, in any order of queries
+    from topo.routing import Router
+    from topo.templates import build
+    t = build("multi-pod", gpus=1024, nics_per_asw=8, segments_per_pod=2, psw_count=4)
+    fast, full = Router(t), Router(t)
+    sw = fast._net_tab()[2]
+    rng = random.Random(4)
+    for n_pairs, span in ((3, 128), (40, 128), (200, 1024)):    # inside a pod first, then anywhere
+        src = np.array([rng.randrange(span) for _ in range(n_pairs)], dtype=np.int64)
+        dst = np.array([rng.randrange(span) for _ in range(n_pairs)], dtype=np.int64)
+        ok, _first, _last, dist = fast.net_hop_parts(src, dst)
+        want = [full.dist_to(int(sw[b]))[full._sw_index[sw[a]]] if k else -1 for a, b, k in zip(src, dst, ok)]
+        assert dist[ok].tolist() == [w for w, k in zip(want, ok) if k]
+    rows = fast._rows
+    partial = [int(sw) for sw in np.flatnonzero(rows.slot >= 0) if not rows.done[rows.slot[sw]]]
+    assert partial                          # some searches stopped early (pairs inside a pod)
+    for sw in np.flatnonzero(rows.slot >= 0).tolist():
+        row, known = rows.rows[rows.slot[sw]], rows.rows[rows.slot[sw]] >= 0
+        assert np.array_equal(row[known], full.dist_to(sw)[known])
+        assert known.all() == bool(rows.done[rows.slot[sw]]) or rows.done[rows.slot[sw]]
+    assert all(np.array_equal(d, full.dist_to(sw)) for sw, d in fast._dist.items())

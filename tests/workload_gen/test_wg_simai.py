@@ -191,3 +191,47 @@ def test_reader_median_is_statistics_median():
             values = [rng.choice((1, 2, 3, rng.randrange(10**12))) for _ in range(n)]
             got, want = _median(values), statistics.median(values)
             assert got == want and type(got) is type(want), (values, got, want)
+
+
+def _layer_file(tmp_path, rows: list[str], name: str = "w.txt") -> str:
+    head = "HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 2 pp: 1 ga: 1 all_gpus: 4"
+    path = tmp_path / name
+    path.write_text("\n".join([head, str(len(rows))] + rows) + "\n")
+    return str(path)
+
+
+def test_bulk_layer_parse_equals_line_by_line(tmp_path):
+    # the column-wise parse (distinct values converted once) gives the line-by-line parse's lines,
+    # with the unusual but valid spellings of integers and comm types a hand-made file may hold
+    from workload_gen.simai_workload import _parse_body, _parse_body_bulk, _read_lines
+    rows = ["a\t-1\t1.0e3\tALLREDUCE\t+4096\t7\tNONE\t0\t5\tALLGATHER_EP\t0\t100",
+            "b\t+2\t1000\tALLTOALL_EP\t64\t0\tREDUCESCATTER\t12\t3\tBROADCAST\t9\t100",
+            "a\t-1\t1000\tALLREDUCEALLTOALL\t0\t7\tALLREDUCE_DP_EP\t8\t5\tALLGATHER\t16\t1e2"]
+    path = _layer_file(tmp_path, rows)
+    _h, lines, _t, _c = _read_lines(path)
+    body = [(i + 3, r.split()) for i, r in enumerate(rows)]
+    slow = _parse_body(path, body)
+    assert _parse_body_bulk(body) is not None
+    got = [(ln.name, ln.ns, ln.comm, ln.size, ln.lineno) for ln in lines]
+    assert got == [(ln.name, ln.ns, ln.comm, ln.size, ln.lineno) for ln in slow]
+    assert got[0] == ("a", (1000, 7, 5), (("all_reduce", "tp"), None, None), (4096, 0, 0), 3)
+    assert got[1][2] == (("all_to_all", "ep"), ("reduce_scatter", "tp"), None)     # BROADCAST: no traffic
+    assert got[2][2:4] == ((None, ("all_reduce", "edp"), ("all_gather", "dp")), (0, 8, 16))
+
+
+@pytest.mark.parametrize("bad_rows,msg", [
+    # the first bad line is named, whichever column of a later line is bad too
+    (["x\t-1\t1\tNONE\t0\t1\tNONE\t0\t1\tNONE\t-5\t100", "y\t-1\tzz\tNONE\t0\t1\tNONE\t0\t1\tNONE\t0\t100"],
+     ":3: wg comm size must be between 0 and"),
+    (["x\t-1\t1\tNONE\t0\t1\tNONE\t0\t1\tNONE\t0\t100", "y\t-1\t1\tFOO\t4\t1\tNONE\t0\t1\tNONE\t0\t100"],
+     ":4: unknown comm type 'FOO'"),
+    (["x\t-1\t1\tNONE\t0\t1\tNONE\t0\t1\tNONE\t0\t100", "y\t-1\t1\tNONE\t0\t1\tNONE\t0\t1\tNONE\t0"],
+     ":4: a layer line needs exactly 12 fields (got 11)"),
+    (["x\t-1\t1\tNONE\t0\t1\tNONE\t0\t1\tNONE\t0\tq", "y\tdep\t1\tNONE\t0\t1\tNONE\t0\t1\tNONE\t0\t100"],
+     ":3: weight-grad update time must be an integer (got 'q')"),
+])
+def test_bad_layer_field_names_first_bad_line(tmp_path, bad_rows, msg):
+    path = _layer_file(tmp_path, bad_rows)
+    with pytest.raises(ConfigFileError) as exc:
+        read_simai_workload(path)
+    assert f"{path}{msg}" in str(exc.value) and "\n" not in str(exc.value)
