@@ -422,7 +422,7 @@ class Engine:
         if len(rows) == 0:
             raise SimError(f"no '{kind}' group found for stage {stage}")
         gpus = self.pl.gpus
-        out = self._select([tuple(int(g) for g in gpus[row]) for row in rows], int(gpus[rep_rank]))
+        out = self._select(list(map(tuple, gpus[rows].tolist())), int(gpus[rep_rank]))
         self._group_cache[key] = out
         return out
 
@@ -433,7 +433,7 @@ class Engine:
             return hit
         rows = self.pl.rank_groups("pp")
         gpus = self.pl.gpus
-        pairs = [(int(gpus[r[src_stage]]), int(gpus[r[dst_stage]])) for r in rows]
+        pairs = list(zip(gpus[rows[:, src_stage]].tolist(), gpus[rows[:, dst_stage]].tolist()))
         rep_gpu = int(gpus[self.rep_ranks[src_stage]])
         pairs = self._select(pairs, rep_gpu)
         self._group_cache[key] = pairs
