@@ -265,7 +265,7 @@ class FlowEngine:
             budget.spend(time.perf_counter() - t0)
             self._budget_check()
         self.resolved_flows += int(nc)
-        self._fin_min = self._k_top(self._hk, self._hs, self._si, self._sc)
+        self._fin_min = float(self._k_top(self._hk, self._hs, self._si, self._sc))   # numpy's or numba's float: one type
         if self.check_invariants:
             links, load = self._comp_links[:nl], self._out_load[:nl]
             over = load > self.capacity_Bps[links] * (1 + 1e-9) + 1e-6
@@ -347,7 +347,7 @@ class FlowEngine:
                             raise AssertionError(f"flow {f} completed with {left} B undelivered")
                         if left < -(1e-6 * self._bytes[f] + 1e-3):
                             raise AssertionError(f"flow {f}: delivered {self._bytes[f] - left} B of {self._bytes[f]} B")
-            self._fin_min = self._k_top(self._hk, self._hs, self._si, self._sc)
+            self._fin_min = float(self._k_top(self._hk, self._hs, self._si, self._sc))   # numpy's or numba's float: one type
         pending = self._pending
         if pending and pending[0][0] <= t:
             new: list[int] = []

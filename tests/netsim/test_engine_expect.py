@@ -42,3 +42,18 @@ def test_explicit_kernel_choice_is_kept():
     eng = FlowEngine(np.full(4, 1e9), use_numba=False)
     eng.expect_events(10**9)
     assert eng._k_resolve is fc.resolve
+
+
+@pytest.mark.parametrize("use_numba", [False, True])
+def test_event_times_are_python_floats_with_either_kernel_set(use_numba):
+    """The plain kernels' heap top is a numpy float, the compiled ones' a Python float: times handed to
+    callers (and iteration times built from them) are one type whichever set runs."""
+    if use_numba and not numba_available():
+        pytest.skip("numba not installed")
+    eng = FlowEngine(np.full(4, 1e9), use_numba=use_numba)
+    ends = []
+    eng.add_flow([0], 2e9, on_done=lambda f, t: ends.append(t))
+    eng.add_flow([1], 1e9, on_done=lambda f, t: ends.append(t))
+    assert type(eng.next_event_time()) is float
+    eng.run()
+    assert ends == [1.0, 2.0] and all(type(t) is float for t in ends)
