@@ -43,6 +43,7 @@ class _Conn:
     def __init__(self, ws_url: str, timeout_s: float):
         import websocket
         self.ws = websocket.create_connection(ws_url, timeout=timeout_s, suppress_origin=True)
+        self.timeout_s = timeout_s
         self.next_id = 0
         self.events: list[dict] = []
 
@@ -50,6 +51,10 @@ class _Conn:
         self.next_id += 1
         my_id = self.next_id
         self.ws.send(json.dumps({"id": my_id, "method": method, "params": params or {}}))
+        # the whole timeout for the answer: pump() leaves the socket with the rest of its own window (as
+        # little as 0.05 s), after which a slow answer (a screenshot, an evaluate on a loaded machine) read
+        # as a stall
+        self.ws.settimeout(self.timeout_s)
         while True:
             msg = json.loads(self.ws.recv())
             if msg.get("id") == my_id:

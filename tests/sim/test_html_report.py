@@ -518,3 +518,28 @@ def test_escaping_is_html_escape_with_quotes():
     for t in texts:
         assert esc(t) == html.escape(str(t), quote=True)
         assert _esc(str(t)) == html.escape(str(t), quote=True)
+
+
+def test_cdp_call_waits_its_whole_timeout_after_a_pump():
+    """pump() shrinks the socket timeout to the rest of its window; a later call() must wait its whole
+    timeout again (with 0.05 s left, a slow screenshot or evaluate read as a Chromium stall in CI)."""
+    import json as _json
+
+    import helpers_cdp
+
+    class FakeWS:
+        def __init__(self):
+            self.timeouts, self.sent = [], []
+
+        def settimeout(self, t):
+            self.timeouts.append(t)
+
+        def send(self, text):
+            self.sent.append(_json.loads(text))
+
+        def recv(self):
+            return _json.dumps({"id": self.sent[-1]["id"], "result": {"ok": self.timeouts[-1]}})
+    conn = helpers_cdp._Conn.__new__(helpers_cdp._Conn)
+    conn.ws, conn.timeout_s, conn.next_id, conn.events = FakeWS(), 60.0, 0, []
+    conn.ws.settimeout(0.05)              # what pump(None, 0.5) leaves behind
+    assert conn.call("Runtime.evaluate") == {"ok": 60.0}
