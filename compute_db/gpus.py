@@ -9,11 +9,10 @@ and through aliases. NVLink and NIC figures are per GPU and per direction.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import yaml
 
 from compute_db.errors import ComputeDBError
 
@@ -23,6 +22,7 @@ SHIPPED_GPU_FILE = Path(__file__).resolve().parent / "data" / "gpus.yaml"
 
 @dataclass(frozen=True)
 class GPUSpec:
+    """One GPU's datasheet figures in SI units (FLOP/s, bytes, B/s)."""
     name: str
     peak_flops: dict[str, float]        # dtype -> dense FLOP/s ("fp32" is the TF32 tensor-core rate)
     hbm_bytes: float
@@ -101,8 +101,105 @@ def _parse(data: object, source: str) -> dict[str, GPUSpec]:
     return specs
 
 
-# libyaml's safe loader when PyYAML was built with it (same documents, ~10x faster to parse)
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+def _yaml_load(text: str, path: Path) -> object:
+    """PyYAML's safe load of `text` (libyaml's loader when PyYAML was built with it: same documents,
+    ~10x faster); errors name path:line."""
+    import yaml
+    try:
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise ComputeDBError(f"{path}{line}: not valid YAML") from None
+
+
+# The YAML the shipped table is written in, read without importing PyYAML (~20 ms of every run's
+# start-up, issue 16): nested block mappings (2-space indents), flow lists and mappings of plain
+# scalars, comments. Plain scalars resolve as YAML 1.1 does (PyYAML's safe loader) for the forms
+# accepted here: decimal ints, decimal floats with a fraction, true/false, names starting with a
+# letter that no YAML 1.1 rule reads as a bool or null. Anything else (quotes, block lists, anchors,
+# tags, other number forms, tabs) declines: the file is then read by PyYAML.
+_KEY_LINE = re.compile(r"( *)([A-Za-z0-9_][A-Za-z0-9_.\-]*):(?: +(.*))?")
+_INT = re.compile(r"-?(?:0|[1-9][0-9]*)")
+_FLOAT = re.compile(r"-?(?:0|[1-9][0-9]*)\.[0-9]+")
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]*")
+_YAML11_WORDS = frozenset("y Y yes Yes YES n N no No NO true True TRUE false False FALSE on On ON off Off OFF "
+                          "null Null NULL".split())
+
+
+class _Declined(Exception):
+    """The text is outside the subset _simple_yaml reads."""
+
+
+def _scalar(text: str) -> object:
+    if _INT.fullmatch(text):
+        return int(text)
+    if _FLOAT.fullmatch(text):
+        return float(text)
+    if text in ("true", "false"):
+        return text == "true"
+    if _NAME.fullmatch(text) and text not in _YAML11_WORDS:
+        return text
+    raise _Declined
+
+
+def _flow(text: str) -> object:
+    """A value: a plain scalar, [a, b, ...] or {k: v, ...} of plain scalars."""
+    if text[:1] in "[{":
+        close = "]" if text[0] == "[" else "}"
+        if text[-1] != close or any(c in text[1:-1] for c in "[]{}"):
+            raise _Declined
+        items = [t.strip() for t in text[1:-1].split(",")] if text[1:-1].strip() else []
+        if close == "]":
+            return [_scalar(t) for t in items]
+        out = {}
+        for item in items:
+            k, sep, v = item.partition(": ")
+            key = _scalar(k.strip())
+            if not sep or not isinstance(key, str):
+                raise _Declined
+            out[key] = _scalar(v.strip())
+        return out
+    return _scalar(text)
+
+
+def _simple_yaml(text: str) -> dict | None:
+    """The document of `text` as PyYAML's safe loader reads it, when the text keeps to the subset
+    above; None otherwise (PyYAML then reads it)."""
+    root: dict = {}
+    stack = [(0, root)]        # (indent, mapping) of the open block mappings, innermost last
+    pending = None             # (mapping, key) of a `key:` line: its mapping starts on the next line
+    try:
+        for line in text.splitlines():
+            body = line.split(" #", 1)[0].rstrip()
+            if not body.strip() or body.lstrip().startswith("#"):
+                continue
+            if "\t" in body or "'" in body or '"' in body:
+                raise _Declined
+            m = _KEY_LINE.fullmatch(body)
+            if m is None:
+                raise _Declined
+            indent, key, value = len(m.group(1)), _scalar(m.group(2)), m.group(3)
+            if not isinstance(key, str):
+                raise _Declined
+            if pending is not None:
+                if indent <= stack[-1][0]:
+                    raise _Declined      # `key:` with nothing under it: a null
+                child: dict = {}
+                pending[0][pending[1]] = child
+                stack.append((indent, child))
+                pending = None
+            while indent < stack[-1][0]:
+                stack.pop()
+            if indent != stack[-1][0]:
+                raise _Declined
+            if value is None:
+                pending = (stack[-1][1], key)
+            else:
+                stack[-1][1][key] = _flow(value)
+    except _Declined:
+        return None
+    return root if pending is None and root else None
 
 
 def load_gpu_file(path: str | Path) -> dict[str, GPUSpec]:
@@ -112,14 +209,12 @@ def load_gpu_file(path: str | Path) -> dict[str, GPUSpec]:
         text = path.read_text()
     except FileNotFoundError:
         raise ComputeDBError(f"{path}: GPU spec file not found") from None
-    try:
-        data = yaml.load(text, Loader=_SAFE_LOADER)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise ComputeDBError(f"{path}{line}: not valid YAML") from None
+    shipped = path.resolve() == SHIPPED_GPU_FILE
+    data = _simple_yaml(text) if shipped else None
+    if data is None:
+        data = _yaml_load(text, path)
     specs = _parse(data, str(path))
-    table = dict(specs) if path.resolve() == SHIPPED_GPU_FILE else {**shipped_gpus(), **specs}
+    table = dict(specs) if shipped else {**shipped_gpus(), **specs}
     index = _index(table)
     for name, spec in specs.items():
         for other in spec.similar_to:

@@ -398,10 +398,13 @@ def resolve(t, full, si, sf, ei, ew, li, lf, cap, hk, hs, sc, seedl, seeds, comp
     # link would have)
     for j in range(nl):
         li[comp_links[j], L_LOCAL] = -1
-    seq = np.empty(nc, np.int64)
-    for i in range(nc):
-        seq[i] = si[comp_slots[i], S_SEQ]
-    slots = comp_slots[:nc][np.argsort(seq)]
+    if nc > 1:
+        seq = np.empty(nc, np.int64)
+        for i in range(nc):
+            seq[i] = si[comp_slots[i], S_SEQ]
+        slots = comp_slots[:nc][np.argsort(seq)]
+    else:
+        slots = comp_slots[:nc].copy()
     n_entries = 0
     for i in range(nc):
         n_entries += si[slots[i], S_LEN]
@@ -434,7 +437,12 @@ def resolve(t, full, si, sf, ei, ew, li, lf, cap, hk, hs, sc, seedl, seeds, comp
             k += 1
         ptr[i + 1] = k
         fcap[i] = c
-    rates = _solve(capl[:ns], ptr, fl[:k], fw[:k], fcap)
+    if ns > 0:
+        rates = _solve(capl[:ns], ptr, fl[:k], fw[:k], fcap)
+    else:
+        # no link shared by two flows of the component (a lone pipeline send): each flow runs at its
+        # private cap, which is what _solve returns for it (inf: no link and no cap)
+        rates = fcap
     for j in range(nl):     # bytes carried so far at the old loads; the loads are summed anew below
         lk = comp_links[j]
         lf[lk, G_BYTES] += lf[lk, G_LOAD] * (t - lf[lk, G_TLOAD])

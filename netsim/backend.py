@@ -48,6 +48,9 @@ _RELABELLED = frozenset({("all_reduce", "ring"), ("all_gather", "ring"), ("reduc
                          ("all_reduce", "tree")})
 
 
+# From this many channel uses (all specs of a group), route_signature ranks channels with numpy arrays
+_RANK_ARRAY_USES = 256
+
 # From this many hops (all specs of a group), _build_specs relabels a template's hops with numpy
 # arrays; below, numpy's per-call overhead is more than a plain list comprehension's
 _RELABEL_ARRAY_HOPS = 64
@@ -72,6 +75,11 @@ def _pair_shape(view, gpus: tuple[int, ...]) -> GroupShape:
     else:
         servers = [[a], [b]]
     return GroupShape(gpus, servers, 1 if view.domain_of(a) == view.domain_of(b) else 2)
+
+
+def _float_bytes(a: np.ndarray) -> bytes:
+    """A float array's values as a key (route_signature): its float64 bytes."""
+    return np.asarray(a, dtype=np.float64).tobytes()
 
 
 def _flow_fields(flows) -> list[tuple]:
@@ -165,11 +173,16 @@ class Planner:
         self._ckeys: dict[tuple, tuple] = {}        # choice_key by (op, algorithms, group)
         self._spec_tmpl: dict[tuple, list] = {}     # _build_specs: canonical specs by (op, alg, unit sizes)
         self._spec_idx: dict[tuple, tuple] = {}     # _build_specs: those specs with their hops as index arrays
+        self._hop_ids: dict[tuple, int] = {}        # ids of distinct template hops (_template)
+        self._hop_routes: dict[tuple, list] = {}    # _relabelled_routes: routed specs by (hops id, group)
         self._parts: dict[tuple, tuple] = {}        # call_parts_many: (template, header, flow fields) by (id, size)
         self._cap_list: list[float] | None = None
+        self._cap_arr: np.ndarray | None = None
         self._quick: dict[tuple, tuple[float, str, str]] = {}     # analytical_s by quick_key
         self._quick_sigs: dict[tuple, tuple | None] = {}         # _quick_signature by (op, alg, group)
         self._quick_tmpl: dict[tuple, tuple] = {}                 # _quick_fields of canonical specs
+        self._quick_tids: dict[tuple, int] = {}                   # ids of distinct canonical fields and hops
+        self._quick_by_tmpl: dict[tuple, tuple | None] = {}       # _quick_signature by (template id, group)
         self._fabric: list[bool] | None = None
 
     def shape(self, gpus: tuple[int, ...]):
@@ -248,7 +261,7 @@ class Planner:
         if got is None:
             shape, facts = self.shape(gpus)
             got = self._ckeys[ck] = (
-                (op, shape.n, tuple(len(s) for s in shape.servers), shape.domains, facts.b_nv, facts.b_net,
+                (op, len(shape.gpus), tuple(map(len, shape.servers)), shape.domains, facts.b_nv, facts.b_net,
                  facts.units, facts.one_per_unit, facts.ll128_ok)
                 + tuple([self.route_signature(op, alg, gpus) for alg in algs]))
         return got
@@ -259,7 +272,9 @@ class Planner:
         stages, channel share, fill kind), per-hop link classes and propagation latencies, switch
         propagation, line rate up, channel weights (channel order) and - where the estimate runs the
         flows (no closed form) - the channels as ranks over the schedule's channels and those
-        channels' capacities. Equal signatures are interned to one id."""
+        channels' capacities. Equal signatures are interned to one id. Float arrays are keyed by
+        their bytes (equal bytes: equal values; only -0.0 and 0.0 differ, which merely forgoes a
+        share), the ranks of several specs as one array with the specs' channel counts."""
         key = (op, alg, gpus)
         got = self._alg_sig.get(key)
         if got is None:
@@ -269,25 +284,37 @@ class Planner:
                 s = r.spec
                 parts.append((s.nbytes, s.steps, s.deps, None if s.weights is None else tuple(s.weights), s.nvls,
                               s.pxn, s.after, s.ring, s.lat_stages, s.share, s.fill, tuple(r.hop_class),
-                              tuple(r.hop_prop_s), r.switch_prop_s, r.line_up_Bps, tuple(r.weights.tolist())))
+                              tuple(r.hop_prop_s), r.switch_prop_s, r.line_up_Bps, _float_bytes(r.weights)))
             if not ana.closed_form_applies(alg, op):
-                chans = [r.channels.tolist() for r in routed]
-                cap = self.capacity_list()
-                if len(chans) == 1:
+                if len(routed) == 1:
                     # one spec (a send): its channels are sorted and distinct, so their ranks are 0, 1, ...
-                    used = chans[0]
-                    parts.append((tuple(range(len(used))),))
-                else:
+                    used = routed[0].channels
+                    parts.append((len(used),))
+                elif sum(len(r.channels) for r in routed) < _RANK_ARRAY_USES:
+                    chans = [r.channels.tolist() for r in routed]
                     used = sorted(set().union(*chans))
                     rank = {c: i for i, c in enumerate(used)}
                     parts.append(tuple(tuple(map(rank.__getitem__, c)) for c in chans))
-                parts.append(tuple(map(cap.__getitem__, used)))
+                else:
+                    # (more uses than _RANK_ARRAY_USES, which the count of uses in the key tells apart)
+                    allc = np.concatenate([r.channels for r in routed])
+                    used = np.sort(allc)
+                    used = used[np.concatenate(([True], used[1:] != used[:-1]))]
+                    parts.append((np.searchsorted(used, allc).astype(np.int64).tobytes(),
+                                  tuple([len(r.channels) for r in routed])))
+                parts.append(_float_bytes(self._cap_array()[used]))
             sig = tuple(parts)
             got = self._sig_ids.get(sig)
             if got is None:
                 got = self._sig_ids[sig] = len(self._sig_ids)
             self._alg_sig[key] = got
         return got
+
+    def _cap_array(self) -> np.ndarray:
+        """The view's channel capacities (B/s) as a float64 array (cached)."""
+        if self._cap_arr is None:
+            self._cap_arr = np.asarray(self.view.capacity_Bps, dtype=np.float64)
+        return self._cap_arr
 
     def capacity_list(self) -> list[float]:
         """The view's channel capacities (B/s) as Python floats (cached)."""
@@ -320,18 +347,7 @@ class Planner:
         rebuilding the rings and double binary trees of every translated group."""
         if (op, alg) not in _RELABELLED or shape.n < 2:
             return build_specs(shape, op, alg, 1.0)
-        sizes = tuple(len(s) for s in shape.servers)
-        tkey = (op, alg, sizes)
-        tmpl = self._spec_idx.get(tkey)
-        if tmpl is None:
-            specs = self._spec_tmpl.get(tkey)
-            if specs is None:
-                specs = self._spec_tmpl[tkey] = _canonical_specs(sizes, shape.domains, op, alg)
-            # every hop's (source, destination) canonical index, all specs end to end, and the bounds
-            ends = np.cumsum([0] + [len(t.hops) for t in specs]).tolist()
-            idx = np.array([ab for t in specs for ab in t.hops], dtype=np.int64).reshape(-1, 2)
-            tmpl = self._spec_idx[tkey] = (specs, idx[:, 0].copy(), idx[:, 1].copy(), ends)
-        specs, src, dst, ends = tmpl
+        specs, src, dst, ends, _hid = self._template(shape, op, alg)
         if ends[-1] < _RELABEL_ARRAY_HOPS:
             flat = [g for s in shape.servers for g in s]
             return [FlowSpec([(flat[a], flat[b]) for a, b in t.hops], t.nbytes, t.steps, t.deps, t.weights, t.nvls,
@@ -340,6 +356,73 @@ class Planner:
         hops = list(zip(flat[src].tolist(), flat[dst].tolist()))     # (GPU, GPU) tuples of Python ints
         return [FlowSpec(hops[ends[i]:ends[i + 1]], t.nbytes, t.steps, t.deps, t.weights, t.nvls, t.pxn, t.after,
                          t.ring, t.lat_stages, t.share, t.fill) for i, t in enumerate(specs)]
+
+    def _template(self, shape: GroupShape, op: str, alg: str) -> tuple:
+        """(canonical specs, every hop's source and destination canonical index (all specs end to
+        end), the specs' hop bounds, id of the hops or None) of an (op, algorithm) of _RELABELLED on
+        groups of shape's unit sizes, or of a point-to-point op (cached); canonical index i is the
+        i-th GPU of the group's _template_row. The id is shared by templates with equal hops that
+        _relabelled_routes can route as arrays (unweighted, non-PXN, every spec with hops): their
+        routes are equal (the routing reads a spec's hops, index, weights and PXN flag)."""
+        if alg == "p2p":
+            tkey = (op, alg)
+        else:
+            tkey = (op, alg, tuple(len(s) for s in shape.servers))
+        tmpl = self._spec_idx.get(tkey)
+        if tmpl is None:
+            if alg == "p2p":
+                # a point-to-point spec reads of its group only the GPUs in request order (_template_row)
+                specs = build_specs(GroupShape((0, 1), [[0], [1]], 1), op, alg, 1.0)
+            else:
+                specs = self._spec_tmpl.get(tkey)
+                if specs is None:
+                    specs = self._spec_tmpl[tkey] = _canonical_specs(tkey[2], shape.domains, op, alg)
+            ends = np.cumsum([0] + [len(t.hops) for t in specs]).tolist()
+            idx = np.array([ab for t in specs for ab in t.hops], dtype=np.int64).reshape(-1, 2)
+            src, dst = idx[:, 0].copy(), idx[:, 1].copy()
+            hid = None
+            if all(t.weights is None and not t.pxn and t.hops for t in specs):
+                hid = self._hop_ids.setdefault((src.tobytes(), dst.tobytes(), tuple(ends)), len(self._hop_ids))
+            tmpl = self._spec_idx[tkey] = (specs, src, dst, ends, hid)
+        return tmpl
+
+    @staticmethod
+    def _template_row(alg: str, shape: GroupShape) -> tuple[int, ...]:
+        """The GPUs a template's canonical indices stand for: the group's GPUs unit by unit
+        (_RELABELLED), the request's order for a point-to-point op (p2p_specs)."""
+        return shape.gpus if alg == "p2p" else tuple([g for s in shape.servers for g in s])
+
+    def _relabelled_routes(self, jobs: list[tuple]) -> list[tuple]:
+        """Route (op, algorithm, group) keys of _RELABELLED with their shapes (`jobs`), the groups of
+        one template at once as GPU arrays (netsim.resolve.route_relabelled: no per-group specs
+        built), into the route cache; groups of another (op, algorithm) with equal hops (a ring's
+        reduce-scatter and all-gather) share the routes (copied with this template's specs).
+        Returns the jobs left to the general path (a template with weights, PXN or switch ports,
+        a group that route_relabelled does not answer)."""
+        from netsim.resolve import RoutedSpec, route_relabelled
+        left, by_tmpl = [], {}
+        for key, shape in jobs:
+            tmpl = self._template(shape, key[0], key[1])
+            if tmpl[4] is None:
+                left.append((key, shape))
+                continue
+            row = self._template_row(key[1], shape)
+            got = self._hop_routes.get((tmpl[4], row))
+            if got is not None:
+                self._routed[key] = [RoutedSpec(sp, r.channels, r.weights, r.hop_class, r.hop_prop_s, r.switch_prop_s,
+                                                r.line_up_Bps) for sp, r in zip(tmpl[0], got)]
+                continue
+            by_tmpl.setdefault(id(tmpl), (tmpl, []))[1].append((key, shape, row))
+        for tmpl, group_jobs in by_tmpl.values():
+            specs, src, dst, _ends, hid = tmpl
+            flat = np.array([row for _, _, row in group_jobs], dtype=np.int64)
+            for (key, shape, row), routed in zip(group_jobs, route_relabelled(self.view, specs, flat[:, src],
+                                                                              flat[:, dst])):
+                if routed is None:
+                    left.append((key, shape))
+                else:
+                    self._routed[key] = self._hop_routes[(hid, row)] = routed
+        return left
 
     def call_many(self, reqs) -> list[tuple]:
         """[call(req) for req in reqs], with the specs of every candidate algorithm of the groups not
@@ -398,6 +481,8 @@ class Planner:
         keys: list[tuple] = []
         spec_lists: list[list] = []
         seen: set = set()
+        relabel: list[tuple] = []
+        batched = hasattr(self.view, "one_switch_hops")
         for req in reqs:
             gpus = tuple(req.gpus)
             validate_request(self.view, req.op, gpus, req.size_bytes)
@@ -416,8 +501,14 @@ class Planner:
                 if key in self._routed or key in seen:
                     continue
                 seen.add(key)
+                if batched and ((req.op, alg) in _RELABELLED or alg == "p2p"):
+                    relabel.append((key, shape))
+                    continue
                 keys.append(key)
                 spec_lists.append(self._build_specs(shape, req.op, alg))
+        for key, shape in self._relabelled_routes(relabel) if relabel else ():
+            keys.append(key)
+            spec_lists.append(self._build_specs(shape, key[0], key[1]))
         if keys:
             for key, routed in zip(keys, route_specs_many(self.view, spec_lists)):
                 self._routed[key] = routed
@@ -564,16 +655,25 @@ class Planner:
             tk = (op, alg, sizes)
             got = self._quick_tmpl.get(tk)
             if got is None:
-                got = self._quick_tmpl[tk] = self._quick_fields(_canonical_specs(sizes, shape.domains, op, alg))
-            fields, tsrc, tdst = got
+                fields, tsrc, tdst = self._quick_fields(_canonical_specs(sizes, shape.domains, op, alg))
+                # templates with equal fields and hops (a ring's reduce-scatter and all-gather) share
+                # one id: the signature is a function of the template and the group
+                tid = None if fields is None else self._quick_tids.setdefault(
+                    (fields, tsrc.tobytes(), tdst.tobytes()), len(self._quick_tids))
+                got = self._quick_tmpl[tk] = (fields, tsrc, tdst, tid)
+            fields, tsrc, tdst, tid = got
             if fields is None:
                 return None
+            memo = self._quick_by_tmpl.get((tid, gpus), False)
+            if memo is not False:
+                return memo
             flat = np.fromiter((g for s in shape.servers for g in s), dtype=np.int64, count=shape.n)
-            src, dst = flat[tsrc], flat[tdst]
-        else:
-            fields, src, dst = self._quick_fields(self._build_specs(shape, op, alg))
-            if fields is None:
-                return None
+            hk = self.view.hop_keys(flat[tsrc], flat[tdst])
+            memo = self._quick_by_tmpl[(tid, gpus)] = None if hk is None else (fields, hk.tobytes())
+            return memo
+        fields, src, dst = self._quick_fields(self._build_specs(shape, op, alg))
+        if fields is None:
+            return None
         hk = self.view.hop_keys(src, dst)
         return None if hk is None else (fields, hk.tobytes())
 
@@ -614,6 +714,8 @@ class Planner:
         if best is None:      # no protocol applies: choose raises its error
             gpus, _shape, _facts, alg, proto = self.choose(req, True)
             return self.estimate_s(op, alg, proto, gpus, size), alg, proto
+        if size >= 1.0:      # the best plan's time was computed at this very size
+            return best_t, best[0], best[1]
         return ana.estimate_s(self.view, plans[best], size), best[0], best[1]
 
     def _quick_routed(self, op: str, alg: str, shape: GroupShape, sig: tuple) -> list:

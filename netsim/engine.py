@@ -141,6 +141,8 @@ class FlowEngine:
         self._out_rate = _NO_F
         self._grow_slots(64)
         self._grow_entries(1024)
+        # _activate's arguments for a single flow: id, entries, bytes, cap
+        self._one = (np.zeros(1, dtype=_I), np.zeros(1, dtype=_I), np.zeros(1), np.zeros(1))
         self._fin_min = math.inf
         self._dirty = False
         self._n_done = 0
@@ -380,26 +382,41 @@ class FlowEngine:
 
     def _activate(self, new: list[int], t: float) -> None:
         links_of, w_of = self._links, self._w
-        links = [links_of[f] for f in new]
-        lens = [len(x) for x in links]
-        n_entries = sum(lens)
         sc = self._sc
-        if sc[fc.C_NFREE] < len(new):
-            self._grow_slots(len(new))
-        if sc[fc.C_ETOP] + n_entries > self._ei.shape[0]:
-            self._grow_entries(n_entries)
         if len(new) == 1:
-            fl, fw = links[0], w_of[new[0]]
+            # one flow (most activations of a pipeline send): its scalars go in through 1-element arrays
+            # kept by the engine, not four new arrays per event
+            f = new[0]
+            fl, fw = links_of[f], w_of[f]
+            n_entries = len(fl)
+            if sc[fc.C_NFREE] < 1:
+                self._grow_slots(1)
+            if sc[fc.C_ETOP] + n_entries > self._ei.shape[0]:
+                self._grow_entries(n_entries)
+            fid, lens, nbytes, caps = self._one
+            fid[0] = f
+            lens[0] = n_entries
+            nbytes[0] = self._bytes[f]
+            caps[0] = self._cap[f]
+            links_of[f] = w_of[f] = None
         else:
+            links = [links_of[f] for f in new]
+            lens = [len(x) for x in links]
+            n_entries = sum(lens)
+            if sc[fc.C_NFREE] < len(new):
+                self._grow_slots(len(new))
+            if sc[fc.C_ETOP] + n_entries > self._ei.shape[0]:
+                self._grow_entries(n_entries)
             fl = np.concatenate(links)
             fw = np.concatenate([w_of[f] for f in new])
-        nbytes, caps = self._bytes, self._cap
-        self._k_add(t, np.array(new, dtype=_I), np.array(lens, dtype=_I), fl, fw,
-                    np.array([nbytes[f] for f in new], dtype=np.float64),
-                    np.array([caps[f] for f in new], dtype=np.float64),
+            b, c = self._bytes, self._cap
+            fid, lens = np.array(new, dtype=_I), np.array(lens, dtype=_I)
+            nbytes = np.array([b[f] for f in new], dtype=np.float64)
+            caps = np.array([c[f] for f in new], dtype=np.float64)
+            for f in new:      # the engine holds its own copy from now on
+                links_of[f] = w_of[f] = None
+        self._k_add(t, fid, lens, fl, fw, nbytes, caps,
                     self._si, self._sf, self._free, self._ei, self._ew, self._li, sc, self._seedl, self._seeds)
-        for f in new:      # the engine holds its own copy from now on
-            links_of[f] = w_of[f] = None
 
     # ---------------------------------------------------------------- stats
     @property

@@ -90,9 +90,10 @@ def fill_stages(spec: FlowSpec) -> int:
     return 1
 
 
-@dataclass
+@dataclass(slots=True)
 class RoutedSpec:
-    """The protocol-independent part of a resolved flow: channels, weights, hop classes, propagation."""
+    """The protocol-independent part of a resolved flow: channels, weights, hop classes, propagation
+    (slots: one per spec of every group routed, e.g. every pipeline send pair)."""
     spec: FlowSpec
     channels: np.ndarray
     weights: np.ndarray
@@ -286,10 +287,7 @@ def _merge_small(chans: list[int], ws: list[float]) -> tuple[np.ndarray, np.ndar
 
 def _route_ring_like_many(view, items: list[tuple[FlowSpec, int]]) -> list[RoutedSpec | None]:
     """_route_spec of unweighted specs of GPU pairs (rings, chains; (spec, index) pairs) with all
-    their hops routed in batches: through a single host switch (TopoView.one_switch_hops), through
-    the network on the router's single route (TopoView.net_hops), the rest hop by hop (TopoView.hop).
-    The same channels, weights, classes and latencies in the same order; the hops are rows of one
-    channel matrix (-1 = none), read row by row. None for a spec with a switch-port hop (or none)."""
+    their hops routed in batches (_route_pair_hops). None for a spec with a switch-port hop (or none)."""
     out: list[RoutedSpec | None] = [None] * len(items)
     lens = [len(spec.hops) for spec, _ in items]
     total = sum(lens)
@@ -313,15 +311,59 @@ def _route_ring_like_many(view, items: list[tuple[FlowSpec, int]]) -> list[Route
     if not total:
         return out
     flat = flat.reshape(-1, 2)
-    src, dst = flat[:, 0], flat[:, 1]
+    got = _route_pair_hops(view, flat[:, 0], flat[:, 1], [items[j][1] for j in take], lens)
+    if got is None:
+        return out
+    for j, r in zip(take, got):
+        if r is not None:
+            out[j] = RoutedSpec(items[j][0], *r, 0.0, math.inf)
+    return out
+
+
+def route_relabelled(view, specs: list[FlowSpec], src: np.ndarray, dst: np.ndarray) -> list[list[RoutedSpec] | None]:
+    """route_specs of several copies of one list of unweighted, non-PXN specs of GPU pairs, copy c's
+    hops being (src[c, h], dst[c, h]) (all specs' hops end to end, spec i's ECMP keys those of index
+    i): per copy its RoutedSpecs, or None when a spec of that copy is not routed in batch (a
+    switch-port hop, a view without batched routes). Each RoutedSpec carries specs[i] (the fields
+    the plans read; its hops are the template's, not the copy's) and the routes route_spec gives
+    for the copy's hops, routed in chunks of about BATCH_MAX_HOPS hops without building them as
+    Python pairs (netsim.backend.Planner._preroute: the translated groups of one template)."""
+    n_copy, n_hop = src.shape
+    lens = [len(s.hops) for s in specs]
+    out: list[list[RoutedSpec] | None] = []
+    if not hasattr(view, "one_switch_hops") or not n_hop:
+        return [None] * n_copy
+    step = max(1, BATCH_MAX_HOPS // n_hop)
+    for lo in range(0, n_copy, step):
+        hi = min(n_copy, lo + step)
+        got = _route_pair_hops(view, src[lo:hi].reshape(-1), dst[lo:hi].reshape(-1),
+                               list(range(len(specs))) * (hi - lo), lens * (hi - lo))
+        for c in range(hi - lo):
+            part = None if got is None else got[c * len(specs):(c + 1) * len(specs)]
+            if part is None or any(r is None for r in part):
+                out.append(None)
+            else:
+                out.append([RoutedSpec(sp, *r, 0.0, math.inf) for sp, r in zip(specs, part)])
+    return out
+
+
+def _route_pair_hops(view, src: np.ndarray, dst: np.ndarray, idxs: list[int], lens: list[int]):
+    """The routes of consecutive runs of GPU-pair hops (run t: lens[t] hops, spec index idxs[t], its
+    hop h keyed ecmp_key(idxs[t], h)), all hops routed at once: through a single host switch
+    (TopoView.one_switch_hops), through the network on the router's single route
+    (TopoView.net_hops), the rest hop by hop (TopoView.hop). Per run (channels, weights, hop
+    classes, hop propagations) as _route_hops gives them (the same channels, weights, classes and
+    latencies in the same order; the hops are rows of one channel matrix, -1 = none, read row by
+    row), or None for a run without channels; None when the view cannot answer."""
+    total = len(src)
     n_arr = np.array(lens, dtype=np.int64)
     starts = np.cumsum(n_arr) - n_arr
     # ecmp_key(idx, h) of hop h of each spec
-    keys = (np.repeat(np.array([items[j][1] for j in take], dtype=np.int64) * 1009 - starts, n_arr)
+    keys = (np.repeat(np.array(idxs, dtype=np.int64) * 1009 - starts, n_arr)
             + np.arange(total, dtype=np.int64)) & 0x7FFFFFFF
     got = view.one_switch_hops(src, dst)
     if got is None:
-        return out
+        return None
     ok, l1, l2, prop, cls = got
     blocks: list[tuple[np.ndarray, np.ndarray]] = [(np.flatnonzero(ok), np.column_stack((l1[ok], l2[ok])))]
     prop = prop.copy()
@@ -367,7 +409,7 @@ def _route_ring_like_many(view, items: list[tuple[FlowSpec, int]]) -> list[Route
     # channel) keeps the use order inside each (spec, channel) run, and bincount adds in array order
     r_at, c_at = np.nonzero(mat >= 0)                     # row-major: hop order, then path order
     chans = mat[r_at, c_at]
-    spec_of = np.repeat(np.arange(len(take), dtype=np.int64), n_arr)[r_at]
+    spec_of = np.repeat(np.arange(len(lens), dtype=np.int64), n_arr)[r_at]
     order = np.argsort(spec_of * (int(chans.max(initial=0)) + 1) + chans, kind="stable")
     chans, spec_of = chans[order], spec_of[order]
     new = np.empty(len(chans), dtype=bool)
@@ -382,15 +424,15 @@ def _route_ring_like_many(view, items: list[tuple[FlowSpec, int]]) -> list[Route
         wsum = np.bincount(run).astype(np.float64)
     else:
         wsum = np.bincount(run, weights=w, minlength=len(uniq))
-    bounds = np.searchsorted(spec_of[new], np.arange(len(take) + 1)).tolist()
+    bounds = np.searchsorted(spec_of[new], np.arange(len(lens) + 1)).tolist()
     props = prop.tolist()
     classes = cls.tolist()
+    out: list[tuple | None] = []
     o = 0
-    for t, (j, n) in enumerate(zip(take, lens)):
+    for t, n in enumerate(lens):
         a, b = bounds[t], bounds[t + 1]
-        if b > a:
-            out[j] = RoutedSpec(items[j][0], uniq[a:b].copy(), wsum[a:b].copy(), tuple(classes[o:o + n]),
-                                tuple(props[o:o + n]), 0.0, math.inf)
+        out.append((uniq[a:b].copy(), wsum[a:b].copy(), tuple(classes[o:o + n]), tuple(props[o:o + n]))
+                   if b > a else None)
         o += n
     return out
 

@@ -72,7 +72,7 @@ class GroupShape:
     k_max: int = field(init=False)
 
     def __post_init__(self):
-        self.k_max = max(len(s) for s in self.servers)
+        self.k_max = max(map(len, self.servers))
 
     @property
     def n(self) -> int:

@@ -85,24 +85,41 @@ def _efficiencies(kinds: list, bw: np.ndarray, gpu_type: str, override: dict,
 
 class _Adjacency:
     """node -> [(out channel, peer)] in channel order, built on first use of each node from a CSR of
-    the channels (a 9,216-GPU fabric has 56,000 channels; a run touches a few thousand nodes)."""
+    the channels (a 9,216-GPU fabric has 56,000 channels; an analytical run touches a few dozen nodes,
+    a flow run thousands). The CSR is sorted on first use; a node's row is sliced from its arrays until
+    _LIST_AFTER nodes were asked for, then from Python lists of all channels (cheaper per node)."""
 
-    __slots__ = ("_ptr", "_ch", "_dst", "_rows")
+    __slots__ = ("_src", "_dst_all", "_ptr", "_ch", "_dst", "_lists", "_rows")
+    _LIST_AFTER = 256
 
     def __init__(self, ch_src: np.ndarray, ch_dst: np.ndarray) -> None:
-        order = np.argsort(ch_src, kind="stable")
-        n_nodes = int(max(ch_src.max(), ch_dst.max())) + 1 if len(ch_src) else 0
-        self._ptr = np.searchsorted(ch_src[order], np.arange(n_nodes + 1)).tolist()
-        self._ch = order.tolist()          # lists: slicing a list is cheaper than a numpy slice + tolist
-        self._dst = ch_dst[order].tolist()
+        self._src, self._dst_all = ch_src, ch_dst
+        self._ptr: list[int] | None = None
+        self._ch = self._dst = None
+        self._lists: tuple[list[int], list[int]] | None = None
         self._rows: dict[int, list[tuple[int, int]]] = {}
+
+    def _index(self) -> list[int]:
+        src, dst = self._src, self._dst_all
+        order = np.argsort(src, kind="stable")
+        n_nodes = int(max(src.max(), dst.max())) + 1 if len(src) else 0
+        self._ptr = np.searchsorted(src[order], np.arange(n_nodes + 1)).tolist()
+        self._ch, self._dst = order, dst[order]
+        return self._ptr
 
     def __getitem__(self, node: int) -> list[tuple[int, int]]:
         got = self._rows.get(node)
         if got is None:
-            if 0 <= node < len(self._ptr) - 1:
-                lo, hi = self._ptr[node], self._ptr[node + 1]
-                got = list(zip(self._ch[lo:hi], self._dst[lo:hi]))
+            ptr = self._ptr if self._ptr is not None else self._index()
+            if 0 <= node < len(ptr) - 1:
+                lo, hi = ptr[node], ptr[node + 1]
+                lists = self._lists
+                if lists is None and len(self._rows) >= self._LIST_AFTER:
+                    lists = self._lists = (self._ch.tolist(), self._dst.tolist())
+                if lists is not None:
+                    got = list(zip(lists[0][lo:hi], lists[1][lo:hi]))
+                else:
+                    got = list(zip(self._ch[lo:hi].tolist(), self._dst[lo:hi].tolist()))
             else:
                 got = []
             self._rows[node] = got
@@ -184,7 +201,6 @@ class TopoView:
         self._hop_cache: dict[tuple, tuple] = {}
         self._nvsw_pairs: dict[tuple[int, int], list[tuple[int, int]]] = {}
         self._nv_out: dict[int, float] = {}
-        self._cap_list: list[float] | None = None
         self._hop_key_free: dict[tuple, tuple] = {}
         self._routed_specs: dict[tuple, object] = {}    # netsim.resolve.route_spec results by spec content
         self._lat_list = self.latency_s.tolist()
@@ -288,11 +304,9 @@ class TopoView:
         """Effective NVLink bandwidth out of a GPU (all its NVLink ports); 0 without NVLink."""
         got = self._nv_out.get(gpu)
         if got is None:
-            cap = self._cap_list
-            if cap is None:     # Python floats: the same sums as over numpy scalars, without their boxing
-                cap = self._cap_list = self.capacity_Bps.tolist()
-            kind = self.ch_kind
-            got = self._nv_out[gpu] = float(sum(cap[ch] for ch, _ in self._adj[gpu] if kind[ch] == "nvlink"))
+            # the per-GPU array's entry: its NVLink channels' capacities summed in channel order from 0.0
+            # (_per_gpu_ports), the sum a loop over the GPU's channels makes
+            got = self._nv_out[gpu] = float(self._per_gpu_ports()[0][gpu])
         return got
 
     def exits(self, gpu: int) -> tuple[tuple[int, ...], float]:
@@ -642,9 +656,9 @@ class TopoView:
         n_nodes = max(self.node_kind) + 1 if self.node_kind else 0
         hostsw = np.zeros(max(n_nodes, int(self.ch_dst.max()) + 1 if len(self.ch_dst) else 0), dtype=bool)
         # topo.Router's host switches: NVSwitch chips, PCIe switches
-        tier, n = self._tier, len(self.node_kind)
-        hostsw[np.fromiter(self.node_kind, dtype=np.int64, count=n)] = np.fromiter(
-            (k == "nvswitch" or tier[i] == "pcie" for i, k in self.node_kind.items()), dtype=bool, count=n)
+        tier = self._tier
+        hostsw[np.array([i for i, k in self.node_kind.items() if k == "nvswitch" or tier[i] == "pcie"],
+                        dtype=np.int64)] = True
         src, dst = self.ch_src, self.ch_dst
         lids = np.flatnonzero((src < G) & hostsw[dst])
         count = np.bincount(src[lids], minlength=G)

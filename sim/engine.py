@@ -227,12 +227,14 @@ class _RunningKernel:
 
 
 class _Stream:
-    """FIFO of communication operations of one kind on one stage."""
-    __slots__ = ("busy", "queue")
+    """FIFO of communication operations of one kind on one stage. release: the waiter that starts the
+    next queued operation when one completes (untraced runs; made once per stream, not per operation)."""
+    __slots__ = ("busy", "queue", "release")
 
     def __init__(self) -> None:
         self.busy = False
         self.queue: list = []
+        self.release = None
 
 
 class Engine:
@@ -653,6 +655,11 @@ class Engine:
             else:
                 self._stream_next(st, kind)
 
+    def _direct(self, st: _StageRun, kind: str, stream: _Stream) -> bool:
+        """A pipeline send can go straight to the network (_StageRun._send): its stream is idle, and
+        nothing arithmetically timed occupies it, on a backend that is not contention-free."""
+        return not (stream.busy or stream.queue or self.contention_free) and st.fast_free.get(kind, 0.0) <= self._now
+
     def _stream_release(self, st: _StageRun, kind: str) -> None:
         st.streams[kind].busy = False
         self._stream_next(st, kind)
@@ -664,17 +671,26 @@ class Engine:
             return
         stream.busy = True
         handle, make_reqs = stream.queue.pop(0)
-
-        def after() -> None:
-            if self.tracing:
-                self.trace.append((st.stage, f"comm:{kind}", handle.name, handle.start_s,
-                                   handle.done_s - handle.start_s, "comm", handle))
-            self._stream_next(st, kind)
-
-        handle.waiters.insert(0, after)
+        handle.waiters.insert(0, self._after(st, kind, stream, handle))
         make_reqs(handle, self._now)
         if st.kernel is not None and handle.fp is not None:
             st.comm_changed()
+
+    def _after(self, st: _StageRun, kind: str, stream: _Stream, handle: Handle):
+        """The waiter of `handle` (first in its list) that traces it and starts the stream's next operation."""
+        if not self.tracing:
+            after = stream.release
+            if after is None:
+                def after() -> None:
+                    self._stream_next(st, kind)
+                stream.release = after
+            return after
+
+        def after() -> None:
+            self.trace.append((st.stage, f"comm:{kind}", handle.name, handle.start_s,
+                               handle.done_s - handle.start_s, "comm", handle))
+            self._stream_next(st, kind)
+        return after
 
     # ---------------- contention ----------------
     def footprint(self, stage: int, op, groups, duration_s: float | None = None):
@@ -1239,8 +1255,11 @@ class _StageRun:
 
     def _outstanding(self) -> list:
         """Every communication this rank may wait for at a device sync, each once (first place)."""
-        hs = (self.live + [h for w in self.pending.values() for h in w] + [h for h, _ in self.seg_outstanding]
-              + [h for h, _ in self.deferred] + self.sent_handles)
+        if self.pending or self.seg_outstanding or self.deferred:
+            hs = (self.live + [h for w in self.pending.values() for h in w] + [h for h, _ in self.seg_outstanding]
+                  + [h for h, _ in self.deferred] + self.sent_handles)
+        else:       # the usual task boundary: only tracked handles and pipeline sends
+            hs = self.live + self.sent_handles
         return list({id(h): h for h in hs}.values()) if len(hs) > 1 else hs
 
     def _segment_ops(self, seg):
@@ -1478,6 +1497,16 @@ class _StageRun:
             self._track(handle, fp)
 
         rep_gpu = int(eng.pl.gpus[eng.rep_ranks[self.stage]])
+        q = self.streams[stream]
+        if eng._direct(self, stream, q):
+            # what _stream_issue, _stream_next and make_reqs below do, in the same order, without the
+            # chain of calls
+            q.busy = True
+            handle.waiters.insert(0, eng._after(self, stream, q, handle))
+            eng._submit(handle, eng._send_requests(handle, est_key, pairs, size, rep_gpu), eng._now)
+            if self.kernel is not None and handle.fp is not None:
+                self.comm_changed()
+            return
 
         def make_reqs(h: Handle, t: float) -> None:
             eng._submit_or_estimate(h, lambda: eng._send_requests(h, est_key, pairs, size, rep_gpu), t, est_key)
@@ -1622,28 +1651,33 @@ class _StageRun:
             if not comm:
                 dur = durs[idx]
                 if watch and live and not (q_ok and q_t <= clock < q_nxt and clock + dur <= q_nxt):
-                    got = self._contended(clock, dur)
+                    # _contended(clock, dur) past its quick test (the one just made on the locals)
+                    fps, nxt, pending_event = self._live_state(clock)
+                    if not fps and not pending_event:
+                        self.q_t, self.q_nxt, self.q_ntrack = clock, nxt, self.ntrack
                     live, q_ok, q_t, q_nxt = self.live, self.ntrack == self.q_ntrack, self.q_t, self.q_nxt
-                    if got is not None:
-                        fps, nxt, pending_event = got
+                    if fps or pending_event or nxt < clock + dur:
                         if pending_event:       # step() runs it as an event
                             if hm is not None:
                                 self.prepped_seg, self.prepped_idx = seg_no, idx
                             break
-                        if fps or nxt < clock + dur:
-                            # only arithmetically timed communication beside it: step()'s _kernel_done
-                            t1 = self._arith_end(op, clock, dur, got)
-                            live = self.live
-                            if rows is not None:
-                                row, col = rows[idx]
-                                layers[row].compute_s[col] += t1 - clock
-                            comp += t1 - clock
-                            stats.slowdown_s += max(0.0, (t1 - clock) - dur)
-                            if slow:
-                                lag += dur - dur / factor
-                            clock = t1
-                            idx += 1
-                            continue
+                        # only arithmetically timed communication beside it: step()'s _kernel_done;
+                        # _arith_end's first piece here, the rest (from the next change) by it
+                        f = self._factor(op, fps) if fps else 1.0
+                        t1 = clock + dur * f
+                        if t1 > nxt:
+                            t1 = self._arith_end(op, nxt, dur - (nxt - clock) / f)
+                        live = self.live
+                        if rows is not None:
+                            row, col = rows[idx]
+                            layers[row].compute_s[col] += t1 - clock
+                        comp += t1 - clock
+                        stats.slowdown_s += max(0.0, (t1 - clock) - dur)
+                        if slow:
+                            lag += dur - dur / factor
+                        clock = t1
+                        idx += 1
+                        continue
                 if rows is not None:
                     row, col = rows[idx]
                     layers[row].compute_s[col] += dur
@@ -1685,8 +1719,40 @@ class _StageRun:
                 if info.host_sync:
                     sync = True
             else:
-                self.clock = clock
-                self._hold(self._issue_fast(op, rows[idx] if rows is not None else None), op, self.segments[seg_no])
+                # _issue_fast (tracked, untraced) and _hold, inline
+                info = opinfo.get(id(op)) or self._fast_op(op)
+                est = info.est
+                free = fast_free.get(g, 0.0)
+                start = free if free > clock else clock
+                done = start + est
+                fast_free[g] = done
+                nfast += 1
+                h = Handle(g, op.name, start, done, True, (), math.nan, True, op, None, None, self.stage,
+                           op.collective, info.size_bytes, info.group_size)
+                log.append(h)
+                fp = info.fp
+                if fp is not None:      # _track
+                    h.owner = self
+                    h.fp = fp
+                    self.live.append(h)
+                    valid = self.q_ntrack == self.ntrack
+                    self.ntrack += 1
+                    if valid:
+                        if start < self.q_nxt and done > self.q_t:
+                            self.q_t = done
+                        self.q_ntrack = self.ntrack
+                if record:
+                    row, col = rows[idx]
+                    st = layers[row]
+                    st.comm_s[col] += est
+                    st.comm_bytes[col] += op.size_bytes
+                    st.comm_kind[col] = (op.collective, info.group_size)
+                if op.wait_op:
+                    pending[op.wait_op].append(h)
+                elif op.microbatch == "last" and self.segments[seg_no][0] in ("fwd", "bwd"):
+                    self.deferred.append((h, op))
+                else:
+                    self.seg_outstanding.append((h, op))
                 live, q_ok, q_t, q_nxt = self.live, self.ntrack == self.q_ntrack, self.q_t, self.q_nxt
             idx += 1
         self.clock, self.host, stats.compute_s, stats.overhead_s, self.lag = clock, host, comp, ovh, lag

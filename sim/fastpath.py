@@ -94,15 +94,17 @@ class _OpInfo:
         self.wait_args = slot(self, "wait") if slot is not None else None
         # a blocking op whose result the host reads (sim.overheads: .item() after it)
         self.host_sync = eng.host is not None and op.name.startswith(eng.host.host_sync_ops)
+        layer = eng.row_key(op)
         # stage 0's per-layer row and column (exposed time is charged there)
-        self.layer_row = eng.row_key(op) if record else None
+        self.layer_row = layer if record else None
         self.column = column_of(op) if record else None
-        # the row's fields in sim.simulation._collective_rows's order; the times follow (_rows)
+        # the row's fields in sim.simulation._collective_rows's order, the times (set per execution) last
         self.row = {"stage": stage, "rank": eng.rep_ranks[stage], "group": op.group,
                     "report_group": self.report_group, "name": op.name, "collective": op.collective,
                     "size_bytes": self.size_bytes, "group_size": self.group_size, "peer_stage": None,
-                    "layer": eng.row_key(op), "phase": getattr(op, "phase", "pipeline"),
-                    "blocking": bool(op.blocking), "timing": "estimate"}
+                    "layer": layer, "phase": getattr(op, "phase", "pipeline"),
+                    "blocking": bool(op.blocking), "timing": "estimate",
+                    "start_s": math.nan, "end_s": math.nan, "duration_s": math.nan, "exposed_s": math.nan}
 
 
 class _Rec:
@@ -169,6 +171,7 @@ class FastRun:
         self.rdv: dict = {}          # (kind, name, n) -> [arrived handles]
         self.waiting: dict = {}      # id(handle) -> stages parked until its done time is known
         self.ready: list = []
+        self.send_fp: dict = {}      # (stage, destination stage, bytes) -> footprint of its pipeline sends
         self.parked_on_comm = 0      # stages waiting for a cross-stage collective's start (contention)
         self.trace: list | None = [] if eng.tracing else None   # engine trace entries (sim.engine format)
         self.log: list = []          # every communication operation, stage by stage (eng.comm_log)
@@ -234,10 +237,15 @@ class FastRun:
         eng = self.eng
         vs = c * eng.p + st.stage
         if d == "fwd" and vs > 0:
-            return self.avail.setdefault(("act", vs, mb), Handle(kind="pp", name=f"act vs{vs} mb{mb}"))
-        if d == "bwd" and vs < eng.p * eng.v - 1:
-            return self.avail.setdefault(("grad", vs, mb), Handle(kind="pp", name=f"grad vs{vs} mb{mb}"))
-        return None
+            key = ("act", vs, mb)
+        elif d == "bwd" and vs < eng.p * eng.v - 1:
+            key = ("grad", vs, mb)
+        else:
+            return None
+        h = self.avail.get(key)
+        if h is None:
+            h = self.avail[key] = Handle(kind="pp", name=f"{key[0]} vs{vs} mb{mb}")
+        return h
 
     def _sends_allowed(self, st: _Stage, seg) -> bool:
         d, c, _ = seg
@@ -381,7 +389,9 @@ class FastRun:
         p = eng.p
         dst_vs, size, key, stream = send_target(eng, st.prog, c * p + st.stage, direction, mb, size)
         dst_stage = dst_vs % p
-        h = self.avail.setdefault(key, Handle(kind="pp", name=f"{key[0]} vs{dst_vs} mb{mb}"))
+        h = self.avail.get(key)
+        if h is None:
+            h = self.avail[key] = Handle(kind="pp", name=f"{key[0]} vs{dst_vs} mb{mb}")
         now = st.clock
         if size <= 0 or dst_stage == st.stage:
             h.start_s = h.done_s = now
@@ -395,7 +405,13 @@ class FastRun:
         if eng.host is not None and eng.host.sync_on_pipeline_p2p:
             st.sent_handles.append(h)
         if eng.contention is not None:
-            h.fp = eng.footprint(st.stage, CommOp(h.name, "send", "pp", size), pairs)
+            # Engine.footprint's cache key of these sends is (stage, size, constants): the footprint
+            # of a (stage, destination, size) is the one its first send got
+            fk = (st.stage, dst_stage, size)
+            fp = self.send_fp.get(fk)
+            if fp is None:
+                fp = self.send_fp[fk] = eng.footprint(st.stage, CommOp(h.name, "send", "pp", size), pairs)
+            h.fp = fp
             st.live.append(h)
         key = ("pp", st.stage, dst_stage, size)
         est = eng._est_cache.get(key)
@@ -721,35 +737,93 @@ class FastRun:
         res.collective_rows = rows     # sim.simulation uses them instead of _collective_rows(comm_log)
         return res
 
-    def _rows(self) -> tuple[list[dict], int]:
-        """(StepReport.collectives rows of the log, number of fast records). The rows are those of
-        sim.simulation._collective_rows, with the same values: a fast record's row (a blocking one's
-        (_OpInfo, start_s, done_s, exposed_s) tuple, a non-blocking one's _Rec) is a copy of its op's
-        fixed columns (_OpInfo.row) with its times; the other operations' rows come from _collective_rows."""
+    def _rows(self) -> tuple[CollectiveRows, int]:
+        """(StepReport.collectives rows of the log, number of fast records): the rows of the operations
+        that are not fast records (pipeline sends, cross-stage collectives: sim.simulation._collective_rows)
+        are made now, the fast records' rows when the report first reads them (CollectiveRows)."""
         from sim.simulation import _collective_rows
         eng = self.eng
         log = self.log
-        others = iter(_collective_rows([h for h in log if type(h) is not tuple and not h.fast],
-                                       eng.rep_ranks, eng.row_key))
+        slow = [h for h in log if type(h) is not tuple and not h.fast]
+        return CollectiveRows(log, _collective_rows(slow, eng.rep_ranks, eng.row_key)), len(log) - len(slow)
+
+
+class CollectiveRows:
+    """StepReport.collectives of a fast run, to be built (build()) when the report is first asked for
+    them (sim.simulation.StepReport): a run of SimAI's 9,216-GPU example logs 4 * 10^4 operations, and a
+    report that is never asked does not build 4 * 10^4 dicts. The rows are those sim.simulation.
+    _collective_rows makes of the log: a fast record's row (a blocking one's (_OpInfo, start_s, done_s,
+    exposed_s) tuple, a non-blocking one's _Rec) is a copy of its op's fixed columns (_OpInfo.row) with
+    its times; the other operations' rows are given (`slow`, in log order)."""
+
+    __slots__ = ("_log", "_slow")
+
+    def __init__(self, log: list, slow: list) -> None:
+        self._log = log
+        self._slow = slow
+
+    def __len__(self) -> int:
+        return len(self._log)
+
+    def __reduce__(self):
+        return list, (self.build(),)     # a report pickled before its rows were read holds the list
+
+    def build(self) -> list[dict]:
         rows: list[dict] = []
         append = rows.append
-        n_fast = 0
-        for h in log:
+        others = iter(self._slow)
+        with no_cyclic_gc():     # as when simulate made them: 10^4 dicts at once
+            for h in self._log:
+                if type(h) is tuple:
+                    info, s, d, e = h
+                elif h.fast:
+                    info, s, d, e = h.info, h.start_s, h.done_s, h.exposed_s
+                else:
+                    append(next(others))
+                    continue
+                row = info.row.copy()
+                row["start_s"] = s
+                row["end_s"] = d
+                row["duration_s"] = d - s
+                row["exposed_s"] = e
+                append(row)
+        return rows
+
+    def group_totals(self, key_of) -> dict:
+        """{key_of(row): [rows, sum of duration_s, sum of exposed_s]} of the rows build() makes, keys in
+        order of first appearance, sums in row order, without building the rows (report.html's
+        collectives table, sim.html.run_report.collective_totals): key_of (e.g. an itemgetter) must
+        read only fields other than the four times, so a fast record's key is its op's fixed columns'."""
+        agg: dict = {}
+
+        def totals_of(row: dict) -> list:
+            key = key_of(row)
+            a = agg.get(key)
+            if a is None:
+                a = agg[key] = [0, 0.0, 0.0]
+            return a
+
+        of_row: dict[int, list] = {}     # id(an _OpInfo.row) -> its key's totals (rows live as long as the log)
+        others = iter(self._slow)
+        for h in self._log:
             if type(h) is tuple:
                 info, s, d, e = h
             elif h.fast:
                 info, s, d, e = h.info, h.start_s, h.done_s, h.exposed_s
             else:
-                append(next(others))
+                r = next(others)
+                a = totals_of(r)
+                a[0] += 1
+                a[1] += r["duration_s"]
+                a[2] += r["exposed_s"]
                 continue
-            n_fast += 1
-            row = info.row.copy()
-            row["start_s"] = s
-            row["end_s"] = d
-            row["duration_s"] = d - s
-            row["exposed_s"] = e
-            append(row)
-        return rows, n_fast
+            a = of_row.get(id(info.row))
+            if a is None:
+                a = of_row[id(info.row)] = totals_of(info.row)
+            a[0] += 1
+            a[1] += d - s
+            a[2] += e
+        return agg
 
 
 @contextmanager

@@ -17,8 +17,7 @@ import math
 import os
 import shutil
 import tempfile
-from itertools import compress
-from operator import itemgetter
+from collections.abc import Iterator
 from pathlib import Path
 
 from netsim.api import bus_factor
@@ -174,31 +173,40 @@ def trace_json(rep, ranks=None, links: int = TRACE_LINKS) -> str:
 
 
 def write_trace_json(path: Path, rep, ranks=None, links: int = TRACE_LINKS, columns=None) -> None:
-    """trace_json(rep, ranks, links) written to `path` in pieces (no second copy of a 10^7-byte text).
+    """trace_json(rep, ranks, links) written to `path` in pieces, each written as it is made (no
+    copy of the 10^7-byte text in memory).
     columns: sim.trace_text.trace_columns(rep.trace) when the caller made them already."""
     with open(path, "wb") as fh:
         fh.writelines(_trace_parts(rep, ranks, links, columns))
 
 
-def _trace_parts(rep, ranks, links: int, columns=None) -> list[bytes]:
+def _trace_parts(rep, ranks, links: int, columns=None) -> Iterator[bytes]:
     """The UTF-8 text of trace.json in pieces (concatenated: the file): the events' texts with "," between."""
     from sim.trace_text import encode_events
     events, other = _trace_events(rep, ranks, links, columns)
-    parts = [b'{"traceEvents":[']
-    for k, text in enumerate(encode_events(events)):
-        if k:
-            parts.append(b",")
-        parts.append(text if type(text) is bytes else text.encode("utf-8"))
-    parts.append(('],"displayTimeUnit":"ms","otherData":' + json.dumps(other, separators=(",", ":")) + "}")
-                 .encode("utf-8"))
-    return parts
+    yield b'{"traceEvents":['
+    sep = b""
+    for text in encode_events(events):
+        for piece in ((text,) if type(text) is str or type(text) is bytes else text):   # text or an iterator
+            yield sep
+            sep = b","
+            yield piece if type(piece) is bytes else piece.encode("utf-8")
+    yield ('],"displayTimeUnit":"ms","otherData":' + json.dumps(other, separators=(",", ":")) + "}").encode("utf-8")
 
 
 def _trace_events(rep, ranks, links: int, columns=None) -> tuple[list, dict]:
-    """(events, otherData) of trace_json: events are JSON text (str; the stage view's slices: UTF-8
-    bytes) or dicts.
+    """(events, otherData) of trace_json: events are JSON text (str), dicts, or the stage view's slices
+    as an iterator of UTF-8 pieces (sim.trace_text.iter_slice_texts, made as they are written).
     columns: trace_columns(rep.trace), made here when not given."""
-    from sim.trace_text import ArgsText, encode, slice_head, slice_ns, slice_texts, trace_columns
+    from sim.trace_text import (
+        ArgsText,
+        arg_codes,
+        encode,
+        iter_slice_texts,
+        slice_head,
+        slice_ns,
+        trace_columns,
+    )
     stages = _trace_stages(rep, ranks)
     if ranks is not None and getattr(rep, "placement", None) is not None:
         return _ranks_trace(rep, ranks, links)
@@ -230,14 +238,9 @@ def _trace_events(rep, ranks, links: int, columns=None) -> tuple[list, dict]:
     if len(shown) < len(rep.rep_ranks):
         trace = [ev for ev in trace if ev[0] in shown]
         columns = None
-    n = len(trace)
-    try:
-        args_col = list(map(itemgetter(6), trace))     # annotated entries (sim.trace_args) all have 7 fields
-    except IndexError:
-        args_col = [ev[6] if len(ev) > 6 else None for ev in trace]
-    arg_ids = list(map(id, args_col))
     if columns is None:
         columns = trace_columns(trace)
+    arg_at, args = arg_codes(trace)
     ts_ns, dur_ns = slice_ns(start=columns.start_s, dur=columns.dur_s)
     # the slices' text is made column-wise (sim.trace_text); what depends on event order is placed
     # here: a stream's thread metadata before its first slice (tids in order of first appearance), a
@@ -246,9 +249,7 @@ def _trace_events(rep, ranks, links: int, columns=None) -> tuple[list, dict]:
     first: dict[tuple[int, str], int] = {}
     for (stage, thread, _name, _cat), i in first_of_key.items():
         first.setdefault((stage, thread), i)
-    distinct = {k: a for k, a in dict(zip(arg_ids, args_col)).items() if a}
-    marked = {k for k, a in distinct.items() if a.get("group") in _CROSS_STAGE or a.get("peer_stage", -1) >= 0}
-    special = {i for i in compress(range(n), map(marked.__contains__, arg_ids)) if trace[i][5] == "comm"}
+    special = _special_slices(columns, arg_at, args)
     before: dict[int, list] = {}
     after: dict[int, list] = {}
     flow_id = 0
@@ -261,13 +262,14 @@ def _trace_events(rep, ranks, links: int, columns=None) -> tuple[list, dict]:
             tid_of(pid, thread, before.setdefault(i, []))
         if i not in special:
             continue
-        tid, args = tids[(pid, thread)], args_col[i]
+        tid, args_i = tids[(pid, thread)], args[int(arg_at[i])]
         t_ns = int(ts_ns[i])
         ts, d = t_ns / 1000, int(dur_ns[i]) / 1000
-        if args.get("group") in _CROSS_STAGE:
+        if args_i.get("group") in _CROSS_STAGE:
             # the participants' slices of one instance share its start (the rendezvous time)
-            members.setdefault((args["group"], name, t_ns), []).append({"pid": pid, "tid": tid, "ts": ts, "args": args})
-        peer = args.get("peer_stage", -1)
+            members.setdefault((args_i["group"], name, t_ns), []).append(
+                {"pid": pid, "tid": tid, "ts": ts, "args": args_i})
+        peer = args_i.get("peer_stage", -1)
         if peer >= 0 and peer in shown:
             flow_id += 1
             sink = after.setdefault(i, [])
@@ -276,17 +278,17 @@ def _trace_events(rep, ranks, links: int, columns=None) -> tuple[list, dict]:
             rtid = tid_of(rpid, rthread, sink)
             sink.append(encode([
                 {"ph": "X", "pid": rpid, "tid": rtid, "name": f"recv {name}", "cat": "comm", "ts": ts, "dur": d,
-                 "args": {**args, "collective": "recv", "from_stage": stage}},
+                 "args": {**args_i, "collective": "recv", "from_stage": stage}},
                 {"ph": "s", "id": flow_id, "pid": pid, "tid": tid, "ts": ts, "name": "pipeline send", "cat": "pp_flow"},
                 {"ph": "f", "bp": "e", "id": flow_id, "pid": rpid, "tid": rtid, "ts": ts, "name": "pipeline send",
                  "cat": "pp_flow"}])[1:-1])
     head_of = {i: slice_head(rep_ranks[stage], tids[(rep_ranks[stage], thread)], name, cat)
                for (stage, thread, name, cat), i in first_of_key.items()}
     args_text = ArgsText()
-    tails = {k: f',"args":{args_text(a)}}}' for k, a in distinct.items()}
-    events.extend(slice_texts(columns.firsts.tolist(), arg_ids, tails, head_of, ts_ns, dur_ns,
-                              {i: ",".join(t) for i, t in before.items()},
-                              {i: ",".join(t) for i, t in after.items()}))
+    tails = {k: f',"args":{args_text(a)}}}' for k, a in args.items() if a}
+    events.append(iter_slice_texts(columns.firsts.tolist(), arg_at, tails, head_of, ts_ns, dur_ns,
+                                   {i: ",".join(t) for i, t in before.items()},
+                                   {i: ",".join(t) for i, t in after.items()}))   # pieces made as written
     pipeline_flows = flow_id
     tail: list = []      # every event is text (trace_text.encode_events passes it through)
     flow_id = _collective_flows(tail, members, flow_id)
@@ -296,6 +298,18 @@ def _trace_events(rep, ranks, links: int, columns=None) -> tuple[list, dict]:
     return events, {"generator": "clustersim", "iteration_time_s": rep.iteration_time_s,
                     "stages_shown": stages, "pipeline_flows": pipeline_flows,
                     "collective_flows": flow_id - pipeline_flows, "link_counters": counters}
+
+
+def _special_slices(columns, arg_at, args: dict) -> set[int]:
+    """Indices of the communication slices whose arguments mark a cross-stage collective or a pipeline
+    send (trace.json adds arrows and receive slices for them); arg_at, args: sim.trace_text.arg_codes."""
+    import numpy as np
+    n = len(arg_at)
+    marked = np.zeros(n, dtype=bool)
+    marked[[i for i, a in args.items() if a and (a.get("group") in _CROSS_STAGE or a.get("peer_stage", -1) >= 0)]] = True
+    comm = np.zeros(n, dtype=bool)
+    comm[[i for key, i in columns.first_of_key.items() if key[3] == "comm"]] = True
+    return set(np.flatnonzero(marked[arg_at] & comm[columns.firsts]).tolist())
 
 
 def _collective_flows(events: list, members: dict, flow_id: int) -> int:

@@ -60,7 +60,8 @@ class StepReport:
     rep_gpus: list = field(default_factory=list, repr=False)
     memory: dict | None = None      # sim.memory_fit.memory_fit: peak bytes per GPU, capacity, fits
     kernel_time_by_family: dict = field(default_factory=dict)   # family -> provenance -> nominal kernel s
-    collectives: list = field(default_factory=list, repr=False)  # one dict per communication operation
+    # one dict per communication operation (a list; a fast run's are built when first read: _collectives_of)
+    collectives: list = field(default_factory=list, repr=False)
     rank_stage: list = field(default_factory=list, repr=False)   # rank -> pipeline stage
     stragglers: dict | None = None  # sim.straggler.straggler_section when stragglers were simulated
     # traced runs: {"links": [netsim.linktrace.LinkSeries of the hottest links], "note": str}
@@ -116,6 +117,25 @@ class StepReport:
             "meta": dict(self.meta),
             **({"stragglers": dict(self.stragglers)} if self.stragglers is not None else {}),
         }
+
+
+def _collectives_of(rep: StepReport) -> list:
+    """StepReport.collectives: the rows given, or the fast path's (sim.fastpath.CollectiveRows) built
+    and kept on first read."""
+    rows = rep.__dict__["_collectives"]
+    if type(rows) is not list:
+        rows = rep.__dict__["_collectives"] = rows.build()
+    return rows
+
+
+def _set_collectives(rep: StepReport, rows) -> None:
+    rep.__dict__["_collectives"] = rows
+
+
+# a property over the dataclass field: __init__, dataclasses.fields / asdict / replace, == and pickling
+# (of __dict__: a CollectiveRows pickles as the list it builds) see the field as before
+StepReport.collectives = property(_collectives_of, _set_collectives,
+                                  doc="One dict per communication operation (see the module docstring).")
 
 
 def _iter_counts(workload):
@@ -345,8 +365,16 @@ def _simulate(workload, topology, *, gpu, network, db, placement, progress, samp
         overhead_s=overhead, overlap_slowdown_s=slowdown, kernel_time_by_family=by_family, stages=stages, exposed_by_group_kind_s=by_kind, meta=meta, layers=res.layers, trace=trace_events,
         rep_ranks=res.rep_ranks, rep_gpus=[pl.gpu_of(r) for r in res.rep_ranks], memory=memory,
         collectives=collective_rows,
-        rank_stage=[pl.stage_of(r) for r in range(world)], stragglers=section,
+        rank_stage=_rank_stages(pl, world), stragglers=section,
         link_loads=link_load_data, placement=pl)
+
+
+def _rank_stages(pl: Placement, world: int) -> list[int]:
+    """[pl.stage_of(r) for r in range(world)], from the placement's per-rank array when it has one."""
+    by_rank = getattr(pl, "_stage_of_rank", None)
+    if by_rank is not None and len(by_rank) >= world:
+        return by_rank[:world].tolist()
+    return [pl.stage_of(r) for r in range(world)]
 
 
 def _collective_rows(log, rep_ranks, row_key) -> list[dict]:

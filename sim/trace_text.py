@@ -15,6 +15,7 @@ arguments) pair. Times: the engine's seconds in, the trace's microseconds out.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import repeat
 from operator import itemgetter
@@ -67,6 +68,22 @@ def trace_columns(trace: list) -> TraceColumns:
                         np.fromiter(map(itemgetter(4), trace), dtype=np.float64, count=n))
 
 
+def arg_codes(trace: list) -> tuple[np.ndarray, dict]:
+    """(code, args) of the trace entries' argument dicts (field 6; None when an entry has no such
+    field): code[i] is the index of the first entry holding entry i's very dict (by identity, as
+    trace.json shares one text per dict), args maps each such index to its dict, in order."""
+    n = len(trace)
+    first: dict[int, int] = {}
+    try:
+        code = np.fromiter(map(first.setdefault, map(id, map(itemgetter(6), trace)), range(n)),
+                           dtype=np.int64, count=n)
+    except IndexError:     # entries not annotated (sim.trace_args): arguments None
+        refs = [ev[6] if len(ev) > 6 else None for ev in trace]
+        first = {}
+        code = np.fromiter(map(first.setdefault, map(id, refs), range(n)), dtype=np.int64, count=n)
+    return code, {i: trace[i][6] if len(trace[i]) > 6 else None for i in first.values()}
+
+
 def slice_ns(trace: list | None = None, start: np.ndarray | None = None,
              dur: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(start, duration) of each trace entry (stage, thread, name, start_s, dur_s, ...) in integer
@@ -110,59 +127,92 @@ def slice_head(pid: int, tid: int, name: str, cat: str) -> str:
     return f'{{"ph":"X","pid":{pid},"tid":{tid},"name":{encode(name)},"cat":{encode(cat)},"ts":'
 
 
-CHUNK_SLICES = 1 << 16    # slices formatted per piece: bounds the temporary lists (7 references a slice)
+CHUNK_SLICES = 1 << 10    # slices formatted per piece: pieces are written as they are made, so the
+#                           temporary lists and the piece's text stay small (their memory is reused)
 
 
 def _us_columns(ns: np.ndarray) -> tuple[bytes, list, list]:
     """(format, whole part, fraction) of us_text for every element of an int64 array, for a bytes
     %-format: b"%d%s" with integer microseconds and _FRAC as bytes when all are in range (no object per
     number: the % operator writes them), else b"%s%s" with us_text and empty fractions."""
-    if len(ns) and 0 <= int(ns.min()) and int(ns.max()) < INT_TEXT_NS:
-        q, r = np.divmod(ns, 1000)
-        return b"%d%s", q.tolist(), _FRAC_BYTES[r].tolist()
-    return b"%s%s", [t.encode() for t in us_texts(ns)], [b""] * len(ns)
+    col = _UsColumn(ns)
+    return (col.fmt, *col.take(0, len(ns)))
 
 
-def slice_texts(keys: list, arg_ids: list, tails: dict, head_of: dict, ts_ns: np.ndarray, dur_ns: np.ndarray,
-                before: dict | None = None, after: dict | None = None) -> list[bytes]:
+class _UsColumn:
+    """_us_columns of an int64 array, taken a range at a time."""
+
+    def __init__(self, ns: np.ndarray):
+        self.texts = None
+        if len(ns) and 0 <= int(ns.min()) and int(ns.max()) < INT_TEXT_NS:
+            self.fmt = b"%d%s"
+            self.q, r = np.divmod(ns, 1000)
+            self.r = _FRAC_BYTES[r]
+        else:
+            self.fmt = b"%s%s"
+            self.texts = [t.encode() for t in us_texts(ns)]
+
+    def take(self, lo: int, hi: int) -> tuple[list, list]:
+        if self.texts is None:
+            return self.q[lo:hi].tolist(), self.r[lo:hi].tolist()
+        return self.texts[lo:hi], [b""] * (hi - lo)
+
+
+def slice_texts(keys: list, arg_at: np.ndarray, tails: dict, head_of: dict, ts_ns: np.ndarray,
+                dur_ns: np.ndarray, before: dict | None = None, after: dict | None = None) -> list[bytes]:
+    """The pieces of iter_slice_texts as a list."""
+    return list(iter_slice_texts(keys, arg_at, tails, head_of, ts_ns, dur_ns, before, after))
+
+
+def iter_slice_texts(keys: list, arg_at: np.ndarray, tails: dict, head_of: dict, ts_ns: np.ndarray,
+                     dur_ns: np.ndarray, before: dict | None = None, after: dict | None = None) -> Iterator[bytes]:
     """The text of every slice, in order, joined by "," in pieces of at most CHUNK_SLICES slices (the
     pieces joined by b"," are the whole text), UTF-8 encoded (bytes: the % operator on bytes is faster,
-    and trace.json is written as bytes). head_of[keys[i]] is the head of slice i (slice_head; keys: any
-    hashable, e.g. the index of the first slice with the same head); arg_ids[i] the id of its argument
-    dict and tails[id] that dict's text as the slice's end (',"args":{..}}'; an id not in tails: no
-    "args"). before[i] / after[i]: event texts (joined by ",") placed just before / after slice i."""
+    and trace.json is written as bytes), each piece made when the caller asks for it.
+    head_of[keys[i]] is the head of slice i (slice_head; keys: any hashable, e.g. the index of the
+    first slice with the same head); arg_at[i] the code of its argument dict, an integer 0 <= code <=
+    number of slices (arg_codes: the first slice holding the same dict), and tails[code] that dict's
+    text as the slice's end (',"args":{..}}'; a code not in tails: no "args"). before[i] / after[i]:
+    event texts (joined by ",") placed just before / after slice i."""
     n = len(keys)
     head_bytes = {k: h.encode() for k, h in head_of.items()}
-    heads = list(map(head_bytes.__getitem__, keys))
-    ends = _slice_ends(arg_ids, tails, dur_ns)
-    for i, text in (before or {}).items():
-        heads[i] = text.encode() + b"," + heads[i]
-    for i, text in (after or {}).items():
-        ends[i] = ends[i] + b"," + text.encode()
-    ts_fmt, ts_q, ts_r = _us_columns(ts_ns)
-    fmt = b"%s" + ts_fmt + b"%s,"
-    pieces = []
-    for lo in range(0, n, CHUNK_SLICES):
-        hi = min(lo + CHUNK_SLICES, n)
+    end_texts, which = _slice_ends(np.asarray(arg_at, dtype=np.int64), tails, dur_ns)
+    ts = _UsColumn(ts_ns)
+    fmt = b"%s" + ts.fmt + b"%s,"
+    bef = sorted((i, t.encode() + b",") for i, t in (before or {}).items())
+    aft = sorted((i, b"," + t.encode()) for i, t in (after or {}).items())
+    bi = ai = 0
+    step = CHUNK_SLICES
+    for lo in range(0, n, step):
+        hi = min(lo + step, n)
+        heads = list(map(head_bytes.__getitem__, keys[lo:hi]))
+        ends = end_texts[which[lo:hi]].tolist() if which is not None else end_texts[lo:hi]
+        while bi < len(bef) and bef[bi][0] < hi:
+            i, text = bef[bi]
+            heads[i - lo] = text + heads[i - lo]
+            bi += 1
+        while ai < len(aft) and aft[ai][0] < hi:
+            i, text = aft[ai]
+            ends[i - lo] = ends[i - lo] + text
+            ai += 1
+        q, r = ts.take(lo, hi)
         flat: list = [None] * (4 * (hi - lo))
-        for k, col in enumerate((heads, ts_q, ts_r, ends)):
-            flat[k::4] = col[lo:hi]
-        pieces.append((fmt * (hi - lo))[:-1] % tuple(flat))
-    return pieces
+        flat[0::4], flat[1::4], flat[2::4], flat[3::4] = heads, q, r, ends
+        yield (fmt * (hi - lo))[:-1] % tuple(flat)
 
 
-def _slice_ends(arg_ids: list, tails: dict, dur_ns: np.ndarray) -> list[bytes]:
-    """',"dur":' + the duration + the argument tail (or "}") of every slice, as bytes: each distinct
-    (duration, argument dict) text is made once (a stage's kernels repeat their durations and arguments
-    micro-batch after micro-batch, so a trace has a few distinct ends per ten slices)."""
-    n = len(arg_ids)
+def _slice_ends(code: np.ndarray, tails: dict, dur_ns: np.ndarray) -> tuple[np.ndarray | list, np.ndarray | None]:
+    """',"dur":' + the duration + the argument tail (or "}") of the slices, as bytes: (texts, which),
+    slice i's text texts[which[i]]: each distinct (duration, argument code) text is made once (a
+    stage's kernels repeat their durations and arguments micro-batch after micro-batch, so a trace has
+    a few distinct ends per ten slices); which None: texts is the list of every slice's text.
+    code: each slice's argument code (0 <= code <= n, tails[code] its text)."""
+    n = len(code)
     tail_bytes = {k: t.encode() for k, t in tails.items()}
-    seen: dict[int, int] = {}
-    code = np.fromiter(map(seen.setdefault, arg_ids, range(n)), dtype=np.int64, count=n)   # first slice of its args
     if n == 0 or int(dur_ns.min()) < 0 or int(dur_ns.max()) >= (1 << 62) // (n + 1):
         dur_fmt, dur_q, dur_r = _us_columns(dur_ns)       # (duration, args) pairs not packable in an int64
         fmt = b',"dur":' + dur_fmt + b"%s"
-        return [fmt % t for t in zip(dur_q, dur_r, map(tail_bytes.get, arg_ids, repeat(b"}")))]
+        return [fmt % t for t in zip(dur_q, dur_r, map(tail_bytes.get, code.tolist(), repeat(b"}")))], None
     pair = dur_ns * (n + 1) + code
     order = np.argsort(pair, kind="stable")
     ordered = pair[order]
@@ -174,21 +224,20 @@ def _slice_ends(arg_ids: list, tails: dict, dur_ns: np.ndarray) -> list[bytes]:
     distinct = ordered[new]
     dur_fmt, dur_q, dur_r = _us_columns(distinct // (n + 1))
     fmt = b',"dur":' + dur_fmt + b"%s"
-    texts = [fmt % (q, r, tail_bytes.get(arg_ids[c], b"}"))
-             for q, r, c in zip(dur_q, dur_r, (distinct % (n + 1)).tolist())]
-    return np.array(texts, dtype=object)[which].tolist()
+    texts = [fmt % (q, r, tail_bytes.get(c, b"}")) for q, r, c in zip(dur_q, dur_r, (distinct % (n + 1)).tolist())]
+    return np.array(texts, dtype=object), which
 
 
-def encode_events(events: list) -> list[str | bytes]:
-    """JSON text of trace events: text already made (str, or UTF-8 bytes) kept, each run of dicts
-    encoded by one json call (as json.dumps writes them). The texts joined by "," are the traceEvents
-    array's body."""
-    if set(map(type, events)) <= {str, bytes}:
+def encode_events(events: list) -> list:
+    """JSON text of trace events: text already made (str, UTF-8 bytes, or an iterator of such pieces,
+    e.g. iter_slice_texts) kept, each run of dicts encoded by one json call (as json.dumps writes
+    them). The texts (an iterator's pieces each) joined by "," are the traceEvents array's body."""
+    if dict not in set(map(type, events)):
         return events
-    out: list[str | bytes] = []
+    out: list = []
     run: list[dict] = []
     for e in events:
-        if type(e) is str or type(e) is bytes:
+        if type(e) is not dict:
             if run:
                 out.append(encode(run)[1:-1])
                 run = []

@@ -60,6 +60,7 @@ class Segments:
 
 @dataclass
 class Polyline:
+    """A line through (xs[i], ys[i]); width in points."""
     xs: list
     ys: list
     colour: Colour
@@ -82,6 +83,7 @@ class Markers:
 
 @dataclass
 class Rect:
+    """A rectangle with lower-left corner (x, y), width w and height h."""
     x: float
     y: float
     w: float
@@ -104,6 +106,7 @@ class Rects:
 
 @dataclass
 class Text:
+    """A label at (x, y); size in points."""
     x: float
     y: float
     text: str
@@ -124,6 +127,7 @@ class Legend:
 
 @dataclass
 class Drawing:
+    """One view of a topology drawing: its items in data coordinates, size in inches."""
     view: str
     width_in: float
     height_in: float

@@ -30,6 +30,7 @@ class Rate:
 
 @dataclass
 class FabricSpec:
+    """Parameters of a generated fabric (SimAI's generator flags where they exist)."""
     gpus: int
     gpus_per_server: int
     gpu_type: str

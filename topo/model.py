@@ -21,6 +21,7 @@ NETWORK_TIERS = ("asw", "psw", "csw")
 
 @dataclass(frozen=True, slots=True)
 class Node:
+    """A topology node: a GPU, NVSwitch, NIC or network switch."""
     id: int
     kind: str   # "gpu" | "nvswitch" | "nic" | "switch"
     tier: str   # "gpu" | "nvswitch" | "nic" | "pcie" | "asw" | "psw" | "csw" | "t<n>"
@@ -28,6 +29,7 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class Link:
+    """A directed link: bandwidth (B/s), latency (s), kind and error rate."""
     id: int
     src: int
     dst: int

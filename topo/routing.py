@@ -459,17 +459,19 @@ class Router:
         shortest paths towards it."""
         got = self._route.get(switch)
         if got is None:
-            dist = self.dist_to(switch)
-            src_c = self._out_src
-            ok = (dist[self._out_dst] == dist[src_c] - 1) & (dist[src_c] > 0)
-            sel = np.flatnonzero(ok)
-            ptr = np.searchsorted(src_c[sel], np.arange(len(self._sw_ids) + 1)).astype(np.int64)
             # array.array: indexing yields Python ints several times faster than numpy scalars
-            got = (array("l", dist.astype(np.int64).tobytes()), array("l", ptr.tobytes()),
-                   array("l", self._out_lid[sel].astype(np.int64).tobytes()),
-                   array("l", self._out_dst[sel].astype(np.int64).tobytes()))
+            got = tuple(array("l", a.astype(np.int64).tobytes()) for a in self._towards_arrays(switch))
             self._route[switch] = got
         return got
+
+    def _towards_arrays(self, switch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """_towards' tables as numpy arrays (distances, CSR pointers, next-hop links, next switches)."""
+        dist = self.dist_to(switch)
+        src_c = self._out_src
+        ds = dist[src_c]
+        sel = np.flatnonzero((dist[self._out_dst] == ds - 1) & (ds > 0))
+        ptr = np.searchsorted(src_c[sel], np.arange(len(self._sw_ids) + 1))
+        return dist, ptr, self._out_lid[sel], self._out_dst[sel]
 
     def _net_path(self, a: int, b: int, key: int, origin: int) -> tuple[int, ...]:
         sp = self._ports.get(a) or self._src_ports(a)
@@ -688,12 +690,15 @@ class Router:
         new = sorted(set(d_sw[slot[d_sw] < 0].tolist()))     # (np.unique would import numpy.ma)
         m1 = len(self._sw_ids) + 1
         for d in new:
-            dist, ptr, nlid, ndst = self._towards(d)
+            got = self._route.get(d)
+            # (the int64 buffers take the tables' values whatever their integer type)
+            dist, ptr, nlid, ndst = ([np.frombuffer(a, dtype=np.int64) for a in got] if got is not None
+                                     else self._towards_arrays(d))
             slot[d] = ptr_all.n // m1
-            dist_all.add(np.frombuffer(dist, dtype=np.int64))
-            ptr_all.add(np.frombuffer(ptr, dtype=np.int64) + nlid_all.n)
-            nlid_all.add(np.frombuffer(nlid, dtype=np.int64))
-            ndst_all.add(np.frombuffer(ndst, dtype=np.int64))
+            dist_all.add(dist)
+            ptr_all.add(ptr + nlid_all.n)
+            nlid_all.add(nlid)
+            ndst_all.add(ndst)
         return slot[d_sw], dist_all.view(), ptr_all.view(), nlid_all.view(), ndst_all.view()
 
     def _rail_endpoint(self, a: int, b: int) -> int:

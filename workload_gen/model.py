@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class ModelSpec:
+    """A model's architecture (see the module doc); sizes in elements, counts per layer unsharded."""
     name: str
     num_layers: int
     hidden_size: int

@@ -33,6 +33,7 @@ def no_dp_overlap_fields(fields: dict, no_dp_overlap: bool) -> dict:
 
 @dataclass(frozen=True)
 class ParallelPlan:
+    """How a model is split over the cluster and trained for one iteration (see the module doc)."""
     world_size: int
     tp: int = 1
     pp: int = 1

@@ -83,6 +83,7 @@ MICROBATCH_SCOPE = ("all", "first", "last")
 
 @dataclass(frozen=True, slots=True)
 class ComputeOp:
+    """A kernel of a stage program: shape, dtype, FLOPs and bytes moved (or a given time, s)."""
     name: str                           # e.g. "attn_qkv", "mlp_fc1" (stable, report-friendly)
     kind: str                           # key of COMPUTE_KINDS
     shape: tuple[tuple[str, int], ...]  # ordered (field, value) pairs per COMPUTE_KINDS[kind]
@@ -107,6 +108,7 @@ class ComputeOp:
 
 @dataclass(frozen=True, slots=True)
 class CommOp:
+    """A collective or pipeline transfer of a stage program (size: nccl-tests buffer bytes)."""
     name: str                           # e.g. "attn_row_rs", "dp_grad_bucket3"
     collective: str                     # one of COLLECTIVES
     group: str                          # one of GROUP_KINDS
@@ -136,6 +138,7 @@ class ChunkProgram:
 
 @dataclass
 class StageProgram:
+    """The ops one pipeline stage runs: its chunks' micro-batch programs and the per-iteration ops."""
     stage: int
     chunks: list[ChunkProgram] = field(default_factory=list)
     iteration_start: list[Op] = field(default_factory=list)  # once per iteration, before micro-batch 0

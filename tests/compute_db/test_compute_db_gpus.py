@@ -104,3 +104,74 @@ def test_similar_to_accepts_aliases(tmp_path):
     f.write_text(_z1("h100-sxm5"))
     kt = open_db(gpu_file=f).lookup_key(make_key("gemm", "fwd", {"m": 8192, "n": 8192, "k": 8192}, "bf16"), "Z1")
     assert kt.source == "modeled" and "fit:H100" in kt.basis
+
+
+def _same_document(a, b) -> None:
+    """Equal values of the same types, mappings in the same key order."""
+    assert type(a) is type(b), (a, b)
+    if isinstance(a, dict):
+        assert list(a) == list(b)
+        for k in a:
+            _same_document(a[k], b[k])
+    elif isinstance(a, list):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _same_document(x, y)
+    else:
+        assert a == b
+
+
+def test_shipped_table_is_read_without_pyyaml_as_pyyaml_reads_it():
+    """The shipped gpus.yaml stays within the subset the start-up reader takes (else every run would
+    import PyYAML again) and gives PyYAML's document, types and key order included."""
+    import yaml
+    text = gpus.SHIPPED_GPU_FILE.read_text()
+    fast = gpus._simple_yaml(text)
+    assert fast is not None
+    _same_document(fast, yaml.safe_load(text))
+
+
+SUBSET_CASES = [
+    "a:\n  b: 1\n  c: -2.50\n  d: [x-1, Y.2]\n  e: {f: true, g: false}\nh: 0\n",
+    "# head\na:   # note\n  b:\n    c: 3 # tail\n\n    d: []\n  e: {}\n",
+    "a:\n    deep: 1\n    more: name_1\nb: 2\n",
+]
+DECLINED_CASES = [
+    "a: yes\n", "a: on\n", "a: 012\n", "a: 1e3\n", "a: 1_000\n", "a: 0x1f\n", "a: '1'\n", 'a: "x"\n',
+    "a: ~\n", "a: null\n", "a: .5\n", "a: True\n", "a:\nb: 1\n", "a:\n", "a:\n  - 1\n", "a: &x 1\n",
+    "a: !!str 1\n", "a:\n\tb: 1\n", "a: [1, [2]]\n", "a: x y\n", "a: x:y\n", "1: a\n", "a:\n  b: 1\n c: 2\n",
+    "a: 1:20\n", "a: [1, 2\n", "---\na: 1\n", "",
+]
+
+
+@pytest.mark.parametrize("text", SUBSET_CASES)
+def test_subset_reader_gives_pyyamls_document(text):
+    import yaml
+    got = gpus._simple_yaml(text)
+    assert got is not None
+    _same_document(got, yaml.safe_load(text))
+
+
+@pytest.mark.parametrize("text", DECLINED_CASES)
+def test_subset_reader_declines_what_it_does_not_read_like_pyyaml(text):
+    """Quotes, YAML 1.1 bools / nulls / octal / sexagesimal / exponent numbers, block lists, anchors,
+    tags, tabs, empty values and bad indents: None (PyYAML reads the file instead)."""
+    assert gpus._simple_yaml(text) is None
+
+
+def test_user_files_are_read_by_pyyaml(tmp_path, monkeypatch):
+    """Only the shipped table takes the subset reader: a user file always goes through PyYAML."""
+    gpus.shipped_gpus()     # read (and cached) before the reader is replaced
+    monkeypatch.setattr(gpus, "_simple_yaml", lambda text: pytest.fail("subset reader used for a user file"))
+    f = tmp_path / "g.yaml"
+    f.write_text("gpus:\n  X1:\n    peak_tflops: {bf16: 100}\n    hbm_GiB: 10\n    hbm_GBps: 100\n")
+    assert gpus.load_gpu_file(f)["X1"].peak_flops["bf16"] == 100e12
+
+
+def test_importing_the_gpu_table_does_not_import_pyyaml():
+    import subprocess
+    import sys
+    code = ("import sys; from compute_db import gpus; gpus.shipped_gpus(); "
+            "print('yaml' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -131,6 +131,25 @@ def test_net_paths_equal_router_paths_for_hashed_and_rail_pairs(template, params
     assert all(routing == "rail" and topo.rail_of(int(src[i])) == topo.rail_of(int(dst[i])) for i in at0.tolist())
 
 
+@pytest.mark.parametrize("template,params,routing", [("multi-pod", {"gpus": 4608}, "ecmp"),
+                                                      ("dcn+", {"gpus": 64}, "ecmp")])
+def test_net_paths_walk_tables_from_scalar_tables_equal_fresh(template, params, routing):
+    # destinations whose _towards tables the scalar path built first (array.array) and destinations
+    # built by the walk itself (numpy): the same rows as a router that built every table in the walk
+    topo = build(template, **params)
+    used, fresh = (TopoView(topo, routing=routing)._routers[False] for _ in range(2))
+    rng = np.random.default_rng(5)
+    n = 2000
+    src, dst = rng.integers(0, topo.num_gpus, n), rng.integers(0, topo.num_gpus, n)
+    keys = rng.integers(0, 0x7FFFFFFF, n)
+    for i in range(0, n, 3):
+        used.path(int(src[i]), int(dst[i]), int(keys[i]))
+    assert used._route and used._walk is None
+    got, want = used.net_paths(src, dst, keys), fresh.net_paths(src, dst, keys)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]) and len(got[0]) > n // 2
+    assert len(used._route) > len(fresh._route)
+
+
 def test_net_hops_equal_hop_by_hop_hops():
     topo = build("dcn+", gpus=64)
     view = TopoView(topo, routing="ecmp")

@@ -3,6 +3,7 @@ start-up, the interpreter's final collections at exit, and trace arguments made 
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -67,6 +68,91 @@ def test_process_exit_keeps_outputs_and_status(tmp_path):
     assert bad.returncode == 2 and "clustersim run: error:" in bad.stderr
 
 
+_EXIT_SCRIPT = """
+import atexit, os, sys, threading, time
+from sim import cli
+out = sys.argv[1]
+atexit.register(lambda: open(os.path.join(out, "atexit.txt"), "w").write("ran"))
+if sys.argv[2] == "thread":      # a non-daemon thread still running when main() returns
+    threading.Thread(target=lambda: (time.sleep(0.3), open(os.path.join(out, "thread.txt"), "w").write("done"))).start()
+print("x" * 300_000)             # more than a pipe holds: flushed before the process ends
+sys.argv = ["clustersim"] + sys.argv[3:]
+sys.exit(cli.main())
+"""
+TINY = ["run", "-m", "aicb-7", "--tp", "4", "--dp", "2", "--global-batch", "2", "--seq-length", "512",
+        "-n", "analytical", "-q", "--no-charts", "--no-trace"]
+
+
+@pytest.mark.parametrize("thread", ["none", "thread"])
+def test_process_exit_flushes_output_runs_atexit_and_keeps_the_status(tmp_path, thread):
+    """main() without argv ends the process itself (cli._exit_now): stdout through a pipe complete,
+    atexit handlers run, results written, main()'s status; a running non-daemon thread is waited for
+    (the interpreter's own exit)."""
+    for argv, status in ((TINY + ["-o", str(tmp_path / "res")], 0), (["run", "--tp", "x"], 2)):
+        for f in ("atexit.txt", "thread.txt"):
+            (tmp_path / f).unlink(missing_ok=True)
+        done = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT, str(tmp_path), thread, *argv],
+                              capture_output=True, text=True)
+        assert done.returncode == status, done.stderr
+        lines = done.stdout.splitlines()
+        assert lines[0] == "x" * 300_000
+        assert (tmp_path / "atexit.txt").read_text() == "ran"
+        assert (tmp_path / "thread.txt").exists() == (thread == "thread")
+        if status == 0:
+            assert lines[-1].startswith("simulated in ")
+            assert (tmp_path / "res" / "report.html").read_text().rstrip().endswith("</html>")
+        else:
+            assert "clustersim run: error:" in done.stderr
+
+
+_GC_SCRIPT = """
+import gc, os, sys
+from sim import cli, commands
+seen = []
+run_job = commands.run_job
+def spy(*a, **k):
+    seen.append(gc.isenabled())
+    return run_job(*a, **k)
+commands.run_job = spy
+import atexit
+atexit.register(lambda: os.write(2, f"gc {seen} {gc.isenabled()}\\n".encode()))
+sys.argv = ["clustersim"] + sys.argv[1:]
+sys.exit(cli.main())
+"""
+
+
+@pytest.mark.parametrize("network, off", [("analytical", True), ("flow", False)])
+def test_process_run_on_the_analytical_backend_keeps_the_collector_off(tmp_path, network, off):
+    """A whole-process `run -n analytical` turns the cyclic collector off for good (cli._collector_off_for);
+    flow runs keep it; in-process callers of main(argv) always keep it."""
+    argv = TINY[:TINY.index("-n")] + ["-n", network, "-q", "--no-charts", "--no-trace", "-o", str(tmp_path / "r")]
+    done = subprocess.run([sys.executable, "-c", _GC_SCRIPT, *argv], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert f"gc [{not off}] {not off}" in done.stderr
+    assert gc.isenabled()
+    assert cli.main(argv[:-1] + [str(tmp_path / "in")]) == 0
+    assert gc.isenabled()
+
+
+def test_analytical_run_of_a_simai_file_does_not_import_pyyaml(tmp_path, shared_dir):
+    """The shipped GPU table is read without PyYAML (compute_db.gpus._simple_yaml): ~20 ms of start-up."""
+    code = ("import atexit, os, sys\n"
+            "atexit.register(lambda: os.write(2, f\"yaml loaded: {'yaml' in sys.modules}\\n\".encode()))\n"
+            "from sim import cli\nsys.argv = ['clustersim'] + sys.argv[1:]\nsys.exit(cli.main())\n")
+    micro = shared_dir / "data" / "simai_examples" / "microAllReduce.txt"
+    done = subprocess.run([sys.executable, "-c", code, "run", "-w", str(micro), "-n", "analytical", "-q",
+                           "-o", str(tmp_path / "r")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "yaml loaded: False" in done.stderr
+
+
+def test_exit_now_leaves_the_exit_to_the_interpreter_while_another_thread_runs(monkeypatch):
+    import threading
+    monkeypatch.setattr(threading, "active_count", lambda: 2)
+    monkeypatch.setattr(os, "_exit", lambda status: pytest.fail("os._exit with another thread running"))
+    cli._exit_now(0)      # returns
+
+
 class _Info:
     pass
 
@@ -112,3 +198,34 @@ def test_annotate_makes_arguments_once_per_operation(width):
     assert out[5][6] == {"kind": "gemm", "shape": {"m": 2}, "dtype": "bf16", "flops": 8.0, "bytes": 4.0,
                          "provenance": "given", "time_alone_s": 1.0, "layer": 0, "variant": "fwd"}
     assert out[6][6]["cause"].startswith("kernel launch gap")
+
+
+@pytest.mark.parametrize("mpi, ends", [(False, True), (True, False)])
+def test_process_owner_ends_an_analytical_run_itself_unless_mpi4py_is_loaded(tmp_path, monkeypatch, mpi, ends):
+    """main() without argv ends an analytical `run` with cli._exit_now, but not once mpi4py is imported
+    (MPI is finalised at the interpreter's own exit, which os._exit would skip: `serve-search` under
+    mpiexec then ends as an abnormal termination)."""
+    import gc
+
+    class Ended(Exception):
+        pass
+
+    def fake_exit(status):
+        raise Ended(status)
+
+    monkeypatch.setattr(sys, "argv", ["clustersim", *TINY, "-o", str(tmp_path / "r")])
+    monkeypatch.setattr(cli, "_exit_now", fake_exit)
+    monkeypatch.setattr(cli, "_single_thread_blas", lambda *a: None)
+    monkeypatch.setattr(cli, "_cheap_exit", lambda: None)
+    if mpi:
+        monkeypatch.setitem(sys.modules, "mpi4py", object())
+    else:
+        monkeypatch.delitem(sys.modules, "mpi4py", raising=False)
+    try:
+        if ends:
+            with pytest.raises(Ended):
+                cli.main()
+        else:
+            assert cli.main() == 0
+    finally:
+        gc.enable()

@@ -25,14 +25,22 @@ def _dumps(x) -> str:
     return json.dumps(x, separators=(",", ":"))
 
 
+def _codes(args: list) -> tuple[list[int], dict]:
+    """(code per slice, tails by code) as sim.trace_text.arg_codes gives them: the first slice holding
+    the same dict; tails for the non-empty dicts."""
+    first: dict[int, int] = {}
+    code = [first.setdefault(id(a), i) for i, a in enumerate(args)]
+    return code, {i: f',"args":{tt.encode(args[i])}}}' for i in first.values() if args[i]}
+
+
 def test_slice_texts_are_json_dumps_with_events_inserted_and_times_beyond_the_integer_path():
     heads = {0: tt.slice_head(3, 1, 'a"b', "comm"), 1: tt.slice_head(4, 0, "k\u00e9", "fwd")}
     keys = [0, 1, 0, 1]
     args = [{"x": 1}, None, {"y": [1, 2]}, {}]
-    tails = {id(a): f',"args":{tt.encode(a)}}}' for a in args if a}
+    code, tails = _codes(args)
     ts = np.array([0, 1500, 10**15 + 7, 999], dtype=np.int64)
     dur = np.array([1, 0, 2500, 999_999], dtype=np.int64)     # ts: the repr path, dur: the integer path
-    pieces = tt.slice_texts(keys, [id(a) for a in args], tails, heads, ts, dur,
+    pieces = tt.slice_texts(keys, code, tails, heads, ts, dur,
                             before={1: '{"B":1}'}, after={3: '{"A":2},{"A":3}'})
     want = []
     for i, (pid, tid, name, cat) in enumerate([(3, 1, 'a"b', "comm"), (4, 0, "k\u00e9", "fwd")] * 2):
@@ -43,7 +51,7 @@ def test_slice_texts_are_json_dumps_with_events_inserted_and_times_beyond_the_in
         want.append(_dumps(x))
     want = [want[0], '{"B":1}', want[1], want[2], want[3], '{"A":2},{"A":3}']
     assert b",".join(pieces).decode() == ",".join(want)
-    assert tt.slice_texts([], [], {}, {}, ts[:0], dur[:0]) == []
+    assert tt.slice_texts([], np.zeros(0, dtype=np.int64), {}, {}, ts[:0], dur[:0]) == []
 
 
 @pytest.mark.parametrize("dur", [
@@ -57,10 +65,10 @@ def test_slice_ends_made_once_per_duration_and_args_are_the_slices_texts(dur):
     heads = {0: tt.slice_head(0, 0, "k", "fwd")}
     a, b = {"x": 1}, {"x": 2}
     args = [a, a, b, a, None, a, b, a]
-    tails = {id(x): f',"args":{tt.encode(x)}}}' for x in (a, b)}
+    code, tails = _codes(args)
     ts = np.arange(8, dtype=np.int64) * 1000
     dur = np.array(dur, dtype=np.int64)
-    pieces = tt.slice_texts([0] * 8, [id(x) for x in args], tails, heads, ts, dur)
+    pieces = tt.slice_texts([0] * 8, code, tails, heads, ts, dur)
     want = []
     for i in range(8):
         x = {"ph": "X", "pid": 0, "tid": 0, "name": "k", "cat": "fwd", "ts": int(ts[i]) / 1000,
@@ -86,7 +94,7 @@ def _slice_inputs(rep):
     cols = tt.trace_columns(rep.trace)
     heads = {i: tt.slice_head(0, 0, k[2], k[3]) for k, i in cols.first_of_key.items()}
     ts, dur = tt.slice_ns(start=cols.start_s, dur=cols.dur_s)
-    return cols.firsts.tolist(), [0] * len(rep.trace), {}, heads, ts, dur
+    return cols.firsts.tolist(), np.zeros(len(rep.trace), dtype=np.int64), {}, heads, ts, dur
 
 
 def test_trace_columns_are_the_entries_fields(rep):
@@ -101,6 +109,19 @@ def test_trace_columns_are_the_entries_fields(rep):
     assert cols.dur_s.tolist() == [ev[4] for ev in rep.trace]
     a, b = tt.slice_ns(rep.trace), tt.slice_ns(start=cols.start_s, dur=cols.dur_s)
     assert a[0].tolist() == b[0].tolist() and a[1].tolist() == b[1].tolist()
+
+
+def test_arg_codes_are_the_first_entry_holding_the_same_dict():
+    a, b = {"x": 1}, {"x": 1}          # equal but distinct dicts keep their own codes
+    trace = [(0, "compute", "k", 0.0, 1.0, "fwd", a), (0, "compute", "k", 1.0, 1.0, "fwd", b),
+             (0, "compute", "h", 2.0, 1.0, "overhead", None), (0, "compute", "k", 3.0, 1.0, "fwd", a),
+             (0, "compute", "h", 4.0, 1.0, "overhead", None)]
+    code, args = tt.arg_codes(trace)
+    assert code.tolist() == [0, 1, 2, 0, 2]
+    assert list(args) == [0, 1, 2] and args[0] is a and args[1] is b and args[2] is None
+    bare = [ev[:6] for ev in trace[:2]] + [trace[3]]     # entries without arguments: None
+    code, args = tt.arg_codes(bare)
+    assert code.tolist() == [0, 0, 2] and args == {0: None, 2: a}
 
 
 def test_timeline_chart_from_shared_columns_is_the_same(rep):
