@@ -259,8 +259,11 @@ def _seed_link(li, seedl, sc, lk):
 
 @_jit
 def add_flows(t, fids, lens, links, ws, nbytes, caps, si, sf, free, ei, ew, li, sc, seedl, seeds):
-    """Activate flows at time t (the caller has made room: free slots and entries). Their slots
-    become seeds of the next re-solve."""
+    """Activate flows at time t. Their slots become seeds of the next re-solve. Returns False, having
+    changed nothing, when the free slots or the entry pool are too few (the caller grows them and
+    calls again), else True."""
+    if sc[C_NFREE] < fids.shape[0] or sc[C_ETOP] + links.shape[0] > ei.shape[0]:
+        return False
     off = 0
     for k in range(fids.shape[0]):
         sc[C_NFREE] -= 1
@@ -292,12 +295,14 @@ def add_flows(t, fids, lens, links, ws, nbytes, caps, si, sf, free, ei, ew, li, 
         seeds[sc[C_NSEEDS]] = s
         sc[C_NSEEDS] += 1
         sc[C_NACT] += 1
+    return True
 
 
 @_jit
 def pop_done(t, tol, hk, hs, si, sf, free, ei, li, sc, seedl, out_fid, out_left, out_rate):
     """Remove every active flow due by `tol`; returns how many (their flow ids in out_fid, the bytes
-    they had left at t in out_left, their rates in out_rate). Their links become seeds of the next re-solve."""
+    they had left at t in out_left, their rates in out_rate) and the earliest finish time left (what
+    heap_top would return next). Their links become seeds of the next re-solve."""
     n = 0
     size = sc[C_HSIZE]
     while size > 0:
@@ -333,18 +338,23 @@ def pop_done(t, tol, hk, hs, si, sf, free, ei, li, sc, seedl, out_fid, out_left,
         sc[C_NFREE] += 1
         sc[C_NACT] -= 1
     sc[C_HSIZE] = size
-    return n
+    # the loop stopped at an empty heap or at a live entry due after tol: heap_top's answer
+    return n, hk[0] if size > 0 else INF
 
 
 @_jit
 def resolve(t, full, si, sf, ei, ew, li, lf, cap, hk, hs, sc, seedl, seeds, comp_slots, comp_links,
             out_load):
     """Re-solve the max-min rates of the flows connected (through shared links, transitively) to the
-    seeds — every active flow when `full`. Returns (flows re-solved, links of the component); the
-    component's links are left in comp_links[:n] (in search order), their new loads in out_load[:n].
+    seeds — every active flow when `full`. Returns (flows re-solved, links of the component, earliest
+    finish time: heap_top's answer); the component's links are left in comp_links[:n] (in search order),
+    their new loads in out_load[:n]. Returns (-1, 0, inf), having changed nothing, when the heap has less
+    room than the active flows might push (the caller makes room and calls again).
     Flows are solved in activation order, links numbered as those flows first cross them: within a
     component the order (and so the arithmetic) is that of a full solve, so both give the same rates
     bit for bit. A flow's bytes left and finish time change only when its rate does."""
+    if sc[C_HSIZE] + sc[C_NACT] > hk.shape[0]:
+        return -1, 0, INF
     epoch = sc[C_EPOCH] + 1
     sc[C_EPOCH] = epoch
     nc = 0
@@ -476,7 +486,7 @@ def resolve(t, full, si, sf, ei, ew, li, lf, cap, hk, hs, sc, seedl, seeds, comp
     sc[C_HSIZE] = size
     for j in range(nl):
         out_load[j] = lf[comp_links[j], G_LOAD]
-    return nc, nl
+    return nc, nl, heap_top(hk, hs, si, sc)
 
 
 @_jit

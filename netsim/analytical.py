@@ -27,10 +27,14 @@ from netsim.topoview import ARRAY_MIN_GROUP
 class GroupFacts:
     """Per-group bandwidths (cached per group by the planner)."""
 
-    def __init__(self, view, shape: GroupShape):
-        self.b_nv, self.b_net = view.group_bandwidths(shape.gpus)
+    def __init__(self, view, shape: GroupShape, bandwidths: tuple | None = None, ll128_ok: bool | None = None):
+        # bandwidths, ll128_ok: the values computed for many groups at once (Planner._shape_pairs)
+        self.b_nv, self.b_net = view.group_bandwidths(shape.gpus) if bandwidths is None else bandwidths
         self.units = shape.m
         self.one_per_unit = shape.k_max == 1 and shape.m > 1
+        if ll128_ok is not None:
+            self.ll128_ok = ll128_ok
+            return
         # LL128 needs NVLink inside the units (NCCL's "intra path <= NVB" rule)
         multi = [g for s in shape.servers if len(s) > 1 for g in s]
         every = getattr(view, "nvlink_out_array", None)     # nvlink_out_Bps of every GPU at once
@@ -46,8 +50,9 @@ def ring_bandwidth_Bps(shape: GroupShape, facts: GroupFacts) -> float:
     # k channels; a server with k_s GPUs sends ceil(k / k_s) channels through one NIC and one GPU
     # there forwards k - floor(k / k_s) channels over its NVLink port
     per_channel = math.inf
-    for s in shape.servers:
-        ks = len(s)
+    # each distinct unit size once (a minimum over the servers: equal sizes give equal terms), in
+    # order of first appearance
+    for ks in dict.fromkeys(map(len, shape.servers)):
         per_channel = min(per_channel, facts.b_net / math.ceil(k / ks))
         if ks > 1:
             per_channel = min(per_channel, facts.b_nv / (k - k // ks))

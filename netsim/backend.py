@@ -48,12 +48,18 @@ _RELABELLED = frozenset({("all_reduce", "ring"), ("all_gather", "ring"), ("reduc
                          ("all_reduce", "tree")})
 
 
+# From this many new two-GPU groups in one call_many / call_parts_many, their shapes and facts are
+# computed with numpy arrays (Planner._shape_pairs); below, numpy's per-call overhead is more
+_PAIR_ARRAY_MIN = 16
+
 # From this many channel uses (all specs of a group), route_signature ranks channels with numpy arrays
 _RANK_ARRAY_USES = 256
 
 # From this many hops (all specs of a group), _build_specs relabels a template's hops with numpy
 # arrays; below, numpy's per-call overhead is more than a plain list comprehension's
 _RELABEL_ARRAY_HOPS = 64
+# FlowNetwork.submit_many's memo of Planner.call per request object holds at most this many requests
+_REQ_MEMO = 65536
 
 
 def _canonical_specs(sizes: tuple[int, ...], domains: int, op: str, alg: str) -> list:
@@ -70,15 +76,19 @@ def _pair_shape(view, gpus: tuple[int, ...]) -> GroupShape:
     """group_shape of a group of two GPUs: one unit holding both (sorted), else one unit each in
     group order."""
     a, b = gpus
-    if view.unit_of(a) == view.unit_of(b):
-        servers = [[a, b] if a <= b else [b, a]]
-    else:
-        servers = [[a], [b]]
-    return GroupShape(gpus, servers, 1 if view.domain_of(a) == view.domain_of(b) else 2)
+    return _pair_shape_of(gpus, view.unit_of(a) == view.unit_of(b), view.domain_of(a) == view.domain_of(b))
+
+
+def _pair_shape_of(gpus: tuple[int, int], same_unit: bool, same_domain: bool) -> GroupShape:
+    """_pair_shape of two GPUs whose unit and domain equality is known."""
+    a, b = gpus
+    return GroupShape(gpus, [[a, b] if a <= b else [b, a]] if same_unit else [[a], [b]], 1 if same_domain else 2)
 
 
 def _float_bytes(a: np.ndarray) -> bytes:
     """A float array's values as a key (route_signature): its float64 bytes."""
+    if type(a) is np.ndarray and a.dtype == np.float64:     # (asarray's per-call cost, for the same bytes)
+        return a.tobytes()
     return np.asarray(a, dtype=np.float64).tobytes()
 
 
@@ -192,6 +202,27 @@ class Planner:
             got = (shape, ana.GroupFacts(self.view, shape))
             self._shapes[gpus] = got
         return got
+
+    def _shape_pairs(self, reqs) -> None:
+        """shape() of the new two-GPU groups of `reqs` whose GPUs are distinct ints in range, all
+        at once (TopoView.pair_facts_many: the values and types shape() computes pair by pair),
+        into the shape cache; nothing when there are fewer than _PAIR_ARRAY_MIN of them. Groups
+        that are not such pairs are left to shape() (and to validation's errors)."""
+        pair_facts = getattr(self.view, "pair_facts_many", None)
+        if pair_facts is None:
+            return
+        shapes, n_gpus = self._shapes, self.view.num_gpus
+        pairs = [g for g in dict.fromkeys([tuple(r.gpus) for r in reqs])
+                 if len(g) == 2 and g not in shapes and type(g[0]) is int and type(g[1]) is int
+                 and g[0] != g[1] and 0 <= g[0] < n_gpus and 0 <= g[1] < n_gpus]
+        if len(pairs) < _PAIR_ARRAY_MIN:
+            return
+        a = np.fromiter((g[0] for g in pairs), dtype=np.int64, count=len(pairs))
+        b = np.fromiter((g[1] for g in pairs), dtype=np.int64, count=len(pairs))
+        view, Facts = self.view, ana.GroupFacts
+        for g, same, same_dom, bw, ll128 in zip(pairs, *pair_facts(a, b)):
+            shape = _pair_shape_of(g, same, same_dom)
+            shapes[g] = (shape, Facts(view, shape, bw, ll128))
 
     def choose(self, req: CollectiveRequest, checked: bool = False):
         """(gpus, shape, facts, algorithm, protocol) of a request: validated (unless `checked`: done
@@ -483,6 +514,7 @@ class Planner:
         seen: set = set()
         relabel: list[tuple] = []
         batched = hasattr(self.view, "one_switch_hops")
+        self._shape_pairs(reqs)
         for req in reqs:
             gpus = tuple(req.gpus)
             validate_request(self.view, req.op, gpus, req.size_bytes)
@@ -831,6 +863,7 @@ class FlowNetwork:
         self.records: list[CollectiveRecord] = []
         self._in_flight = 0
         self._est_cache: dict[tuple, float] = {}
+        self._req_calls: dict[int, tuple] = {}    # id(request) -> (request, Planner.call(request))
 
     @property
     def now_s(self) -> float:
@@ -841,21 +874,40 @@ class FlowNetwork:
 
     def submit_many(self, reqs, now_s: float, on_done: Callable[[float], None]) -> None:
         """Submit several requests at `now_s`; on_done(t) fires once per request. Same result as one
-        submit per request; a dependency-free single-flow schedule (a send) goes straight to the engine."""
-        call = self.planner.call
-        # validate every request before any is started (a bad one leaves the network untouched)
-        calls = [call(req) for req in reqs]
+        submit per request; dependency-free single-flow schedules (sends) go straight to the engine,
+        a run of them in one FlowEngine.add_flows call."""
+        # validate every request before any is started (a bad one leaves the network untouched);
+        # Planner.call per request object seen before is a lookup by identity (requests are frozen)
+        memo, call = self._req_calls, self.planner.call
+        calls = []
+        for req in reqs:
+            got = memo.get(id(req))
+            if got is None or got[0] is not req:
+                if len(memo) >= _REQ_MEMO:   # bounded: callers that build fresh requests every time
+                    memo.clear()
+                c = call(req)
+                one = c[6]
+                # holds req (its id is not reused meanwhile); a send's arrays in the engine's dtypes
+                got = memo[id(req)] = (req, c) + ((None, None) if one is None else (
+                    np.asarray(one.channels, dtype=np.int64), np.asarray(one.weights, dtype=np.float64)))
+            calls.append(got)
         if now_s > self.engine.now_s:
             self.advance(now_s)
         engine = self.engine
         now = engine.now_s
         keep = self.keep_records
+        links: list = []
+        weights: list = []
+        nbytes: list = []
+        lats: list = []
+        caps: list = []
+        cbs: list = []
 
         def one_done(_fid: int, t: float) -> None:     # a send when nothing is recorded
             self._in_flight -= 1
             on_done(t)
 
-        for req, (gpus, alg, proto, flows, delay, mult, one, one_bytes) in zip(reqs, calls):
+        for req, (_, (gpus, alg, proto, flows, delay, mult, one, one_bytes), one_links, one_w) in zip(reqs, calls):
             self._in_flight += 1
             if one is not None and not keep:
                 done = one_done
@@ -863,6 +915,9 @@ class FlowNetwork:
                 rec = CollectiveRecord(req.tag, req.op, alg, len(gpus), int(req.size_bytes), now, math.nan,
                                        PROTOCOL_NAMES[proto])
                 if one is None:
+                    if cbs:     # the sends before it get the lower flow ids, as one by one
+                        engine.add_flows(links, weights, nbytes, lats, caps, cbs)
+                        links, weights, nbytes, lats, caps, cbs = [], [], [], [], [], []
                     _run_collective(self, flows, float(req.size_bytes), on_done, rec, delay_s=delay, lat_mult=mult)
                     continue
 
@@ -873,9 +928,15 @@ class FlowNetwork:
                     self._in_flight -= 1
                     on_done(t)
 
+            links.append(one_links)
+            weights.append(one_w)
+            nbytes.append(one_bytes)
             # the latency as ScheduleRun computes it (ready time minus now), for bit-identical event times
-            engine.add_flow(one.channels, one_bytes, weights=one.weights,
-                            latency_s=max(0.0, now + delay + one.latency_s * mult - now), cap_Bps=one.cap_Bps, on_done=done)
+            lats.append(max(0.0, now + delay + one.latency_s * mult - now))
+            caps.append(one.cap_Bps)
+            cbs.append(done)
+        if cbs:
+            engine.add_flows(links, weights, nbytes, lats, caps, cbs)
 
     def next_event_time(self) -> float:
         return self.engine.next_event_time()

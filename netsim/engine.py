@@ -242,6 +242,30 @@ class FlowEngine:
         heapq.heappush(self._pending, (self.now_s + latency_s, fid))
         return fid
 
+    def add_flows(self, links: list, weights: list, nbytes: list, latency_s: list, cap_Bps: list,
+                  on_done: list) -> int:
+        """add_flow for several flows at once, in list order (the same ids, activation times and
+        results as one add_flow per flow); per flow: links (an int64 array), weights (a float64 array,
+        same length), bytes, latency (s), cap (B/s) and callback. Returns the id of the first; none is
+        added when one has a negative size or latency."""
+        for b, lat in zip(nbytes, latency_s):
+            if b < 0 or lat < 0:
+                raise NetsimError(f"flow with negative size or latency ({b} B, {lat} s)")
+        n = len(nbytes)
+        fid = len(self._links)
+        now = self.now_s
+        self._links.extend(links)
+        self._w.extend(weights)
+        self._bytes.extend(nbytes)
+        self._cap.extend(cap_Bps)
+        self._cb.extend(on_done)
+        self._added.extend([now] * n)
+        self._started.extend([math.nan] * n)
+        pending, push = self._pending, heapq.heappush
+        for i, lat in enumerate(latency_s, fid):
+            push(pending, (now + lat, i))
+        return fid
+
     @property
     def num_flows(self) -> int:
         return len(self._links)
@@ -257,17 +281,21 @@ class FlowEngine:
     def _recompute(self) -> None:
         self._dirty = False
         self.recomputes += 1
-        self._ensure_heap()
         budget = self._budget      # None once compiled (or chosen explicitly): nothing left to time
         t0 = time.perf_counter() if budget is not None else 0.0
-        nc, nl = self._k_resolve(self.now_s, not self.incremental, self._si, self._sf, self._ei, self._ew,
-                                 self._li, self._lf, self.capacity_Bps, self._hk, self._hs, self._sc,
-                                 self._seedl, self._seeds, self._comp_slots, self._comp_links, self._out_load)
+        while True:    # the kernel declines (changing nothing) when the heap needs room first
+            nc, nl, top = self._k_resolve(self.now_s, not self.incremental, self._si, self._sf, self._ei,
+                                          self._ew, self._li, self._lf, self.capacity_Bps, self._hk, self._hs,
+                                          self._sc, self._seedl, self._seeds, self._comp_slots, self._comp_links,
+                                          self._out_load)
+            if nc >= 0:
+                break
+            self._ensure_heap()
         if budget is not None:
             budget.spend(time.perf_counter() - t0)
             self._budget_check()
         self.resolved_flows += int(nc)
-        self._fin_min = float(self._k_top(self._hk, self._hs, self._si, self._sc))   # numpy's or numba's float: one type
+        self._fin_min = float(top)   # numpy's or numba's float: one type
         if self.check_invariants:
             links, load = self._comp_links[:nl], self._out_load[:nl]
             over = load > self.capacity_Bps[links] * (1 + 1e-9) + 1e-6
@@ -338,8 +366,8 @@ class FlowEngine:
         # symmetric flows whose float finish times differ in the last bits)
         tol = t + max(abs(t), 1e-6) * 1e-9
         if self._fin_min <= tol:
-            n = self._k_pop(t, tol, self._hk, self._hs, self._si, self._sf, self._free, self._ei, self._li,
-                            self._sc, self._seedl, self._out_fid, self._out_left, self._out_rate)
+            n, top = self._k_pop(t, tol, self._hk, self._hs, self._si, self._sf, self._free, self._ei, self._li,
+                                 self._sc, self._seedl, self._out_fid, self._out_left, self._out_rate)
             if n:
                 changed = True
                 done = self._out_fid[:n].tolist()
@@ -349,7 +377,7 @@ class FlowEngine:
                             raise AssertionError(f"flow {f} completed with {left} B undelivered")
                         if left < -(1e-6 * self._bytes[f] + 1e-3):
                             raise AssertionError(f"flow {f}: delivered {self._bytes[f] - left} B of {self._bytes[f]} B")
-            self._fin_min = float(self._k_top(self._hk, self._hs, self._si, self._sc))   # numpy's or numba's float: one type
+            self._fin_min = float(top)   # numpy's or numba's float: one type
         pending = self._pending
         if pending and pending[0][0] <= t:
             new: list[int] = []
@@ -388,25 +416,15 @@ class FlowEngine:
             # kept by the engine, not four new arrays per event
             f = new[0]
             fl, fw = links_of[f], w_of[f]
-            n_entries = len(fl)
-            if sc[fc.C_NFREE] < 1:
-                self._grow_slots(1)
-            if sc[fc.C_ETOP] + n_entries > self._ei.shape[0]:
-                self._grow_entries(n_entries)
             fid, lens, nbytes, caps = self._one
             fid[0] = f
-            lens[0] = n_entries
+            lens[0] = len(fl)
             nbytes[0] = self._bytes[f]
             caps[0] = self._cap[f]
             links_of[f] = w_of[f] = None
         else:
             links = [links_of[f] for f in new]
             lens = [len(x) for x in links]
-            n_entries = sum(lens)
-            if sc[fc.C_NFREE] < len(new):
-                self._grow_slots(len(new))
-            if sc[fc.C_ETOP] + n_entries > self._ei.shape[0]:
-                self._grow_entries(n_entries)
             fl = np.concatenate(links)
             fw = np.concatenate([w_of[f] for f in new])
             b, c = self._bytes, self._cap
@@ -415,8 +433,13 @@ class FlowEngine:
             caps = np.array([c[f] for f in new], dtype=np.float64)
             for f in new:      # the engine holds its own copy from now on
                 links_of[f] = w_of[f] = None
-        self._k_add(t, fid, lens, fl, fw, nbytes, caps,
-                    self._si, self._sf, self._free, self._ei, self._ew, self._li, sc, self._seedl, self._seeds)
+        # the kernel declines (changing nothing) when slots or entries are short: grow, then again
+        while not self._k_add(t, fid, lens, fl, fw, nbytes, caps, self._si, self._sf, self._free, self._ei,
+                              self._ew, self._li, sc, self._seedl, self._seeds):
+            if sc[fc.C_NFREE] < len(fid):
+                self._grow_slots(len(fid))
+            if sc[fc.C_ETOP] + len(fl) > self._ei.shape[0]:
+                self._grow_entries(len(fl))
 
     # ---------------------------------------------------------------- stats
     @property

@@ -207,6 +207,7 @@ class TopoView:
         self._one_switch = None     # one_switch_hops tables, built on first use
         self._single_exit = None    # net_hops: per GPU, one channel into the network and no NIC
         self._unit_np = None        # _unit as an array, on first use
+        self._domain_np = None      # _domain as an array, on first use (pair_facts_many)
         self._kind_code = None      # _kind_codes, on first use
         self._inner_uniform: bool | None = None     # hop_keys: switch-to-switch links all alike
         self._role_arr = None       # _roles, on first use
@@ -765,3 +766,35 @@ class TopoView:
             share = sum(cap[c] / 2 if c in other else cap[c] / 1 for c in chans)
             b_net = min(b_net, share, first if first > 0 else math.inf)
         return b_intra, b_net
+
+    def pair_facts_many(self, a: np.ndarray, b: np.ndarray) -> tuple[list, list, list, list]:
+        """Of many pairs of distinct GPUs (a[i], b[i]) at once: (both in one unit, both in one NVLink
+        domain, group_bandwidths((a[i], b[i])), NVLink on both or not in one unit: GroupFacts.ll128_ok)
+        as lists. The bandwidths are _pair_bandwidths' values
+        and types from arrays where its terms are per-GPU entries: NVLink out of each GPU that has
+        it (a Python float: inf when neither has it, pairs across units), and - pairs across units
+        whose GPUs each have one network port and no NIC to cross (exits() = that one channel, first
+        = its capacity) - the smaller of the two ports' capacities as a numpy float (the one-use
+        shares; distinct GPUs never share such a port). Other pairs (same unit without NVLink on
+        both, a multi-port or NIC GPU) take _pair_bandwidths itself."""
+        unit = self._unit_arr()
+        dom = self._domain_np
+        if dom is None:
+            dom = self._domain_np = np.asarray(self._domain, dtype=np.int64)
+        nv_out, one_port, port = self._per_gpu_ports()
+        same = unit[a] == unit[b]
+        nva, nvb = nv_out[a], nv_out[b]
+        # a GPU without NVLink is left out of b_intra across units; inside one unit it needs its path
+        b_intra = np.minimum(np.where(nva > 0.0, nva, math.inf), np.where(nvb > 0.0, nvb, math.inf))
+        easy = np.where(same, (nva > 0.0) & (nvb > 0.0), one_port[a] & one_port[b])
+        cap = self.capacity_Bps
+        # numpy floats, as _pair_bandwidths sums (no channels at all: no pair is easy across units)
+        b_net = list(np.minimum(cap[port[a]], cap[port[b]])) if len(cap) else [math.inf] * len(a)
+        bw = []
+        for i, (s, e, x, y) in enumerate(zip(same.tolist(), easy.tolist(), b_intra.tolist(), b_net)):
+            if not e:
+                bw.append(self._pair_bandwidths(int(a[i]), int(b[i])))
+            else:
+                bw.append((x, math.inf) if s else (x, y))
+        ll128 = (~same | ((nva > 0.0) & (nvb > 0.0))).tolist()
+        return same.tolist(), (dom[a] == dom[b]).tolist(), bw, ll128

@@ -385,14 +385,9 @@ class Engine:
         if self.sampling == "full" or len(groups) <= 1:
             return groups
         if self.contention_free:
-            # no contention: congruent groups (same member offsets, same NVLink-domain pattern) have
-            # equal idle-network times, so the representative's group stands for all of them
             import numpy as np
-            g = np.asarray(groups)
-            d = self._dom_array()[g]
-            if ((g - g[:, :1]) == (g[0] - g[0, 0])).all() and ((d - d[:, :1]) == (d[0] - d[0, 0])).all():
-                return [grp for grp in groups if rep_gpu in grp][:1]
-            return groups
+            one = self._congruent_rep(np.asarray(groups), rep_gpu)
+            return groups if one is None else one
         dom = self._domain
         if all(all(dom(g) == dom(grp[0]) for g in grp[1:]) for grp in groups):
             return [grp for grp in groups if rep_gpu in grp][:1]
@@ -409,6 +404,27 @@ class Engine:
             return [grp for grp in groups if rail(grp[0]) == r]
         return groups
 
+    def _congruent_rep(self, g, rep_gpu: int) -> list[tuple[int, ...]] | None:
+        """_select's contention-free rule on groups given as the rows of an integer array: congruent
+        groups (same member offsets, same NVLink-domain pattern) have equal idle-network times, so
+        the representative's group (first row holding rep_gpu; [] if none) stands for all of them;
+        None when they are not congruent."""
+        d = self._dom_array()[g]
+        if ((g - g[:, :1]) == (g[0] - g[0, 0])).all() and ((d - d[:, :1]) == (d[0] - d[0, 0])).all():
+            hit = (g == rep_gpu).any(axis=1).nonzero()[0]
+            return [tuple(g[hit[0]].tolist())] if len(hit) else []
+        return None
+
+    def _select_rows(self, g, rep_gpu: int) -> list[tuple[int, ...]]:
+        """_select of the groups given as the rows of an integer array, without making every group's
+        tuple when the representative's group stands for all of them (contention-free backend)."""
+        if self.contention_free and self.sampling != "full" and len(g) > 1:
+            one = self._congruent_rep(g, rep_gpu)
+            if one is not None:
+                return one
+            return list(map(tuple, g.tolist()))
+        return self._select(list(map(tuple, g.tolist())), rep_gpu)
+
     def _groups_for(self, kind: str, stage: int) -> list[tuple[int, ...]]:
         """GPU tuples submitted for one collective of `kind` issued by `stage`."""
         key = (kind, stage)
@@ -424,7 +440,7 @@ class Engine:
         if len(rows) == 0:
             raise SimError(f"no '{kind}' group found for stage {stage}")
         gpus = self.pl.gpus
-        out = self._select(list(map(tuple, gpus[rows].tolist())), int(gpus[rep_rank]))
+        out = self._select_rows(gpus[rows], int(gpus[rep_rank]))
         self._group_cache[key] = out
         return out
 
@@ -435,9 +451,7 @@ class Engine:
             return hit
         rows = self.pl.rank_groups("pp")
         gpus = self.pl.gpus
-        pairs = list(zip(gpus[rows[:, src_stage]].tolist(), gpus[rows[:, dst_stage]].tolist()))
-        rep_gpu = int(gpus[self.rep_ranks[src_stage]])
-        pairs = self._select(pairs, rep_gpu)
+        pairs = self._select_rows(gpus[rows[:, [src_stage, dst_stage]]], int(gpus[self.rep_ranks[src_stage]]))
         self._group_cache[key] = pairs
         return pairs
 
@@ -509,7 +523,9 @@ class Engine:
         dom = self._group_cache.get("dom_array")
         if dom is None:
             import numpy as np
-            dom = np.array([self.topo.nvlink_domain_of(g) for g in range(int(self.topo.num_gpus))])
+            every = getattr(self.topo, "nvlink_domains", None)     # topo.Topology: all GPUs' at once
+            dom = np.array(every() if every is not None
+                           else [self.topo.nvlink_domain_of(g) for g in range(int(self.topo.num_gpus))])
             self._group_cache["dom_array"] = dom
         return dom
 
@@ -1017,6 +1033,24 @@ def send_target(eng, prog, vs: int, direction: str, mb: int, size: int | None):
     return dst_vs, size, ("grad", dst_vs, mb), "pp_prev"
 
 
+def awaited_transfer(eng, avail: dict, seg, vs: int) -> Handle | None:
+    """The pipeline transfer segment `seg` = (direction, chunk, micro-batch) of virtual stage `vs`
+    waits for (the activation into it for 'fwd', the gradient back into it for 'bwd'; None for the
+    first virtual stage's forward, the last one's backward and other segments): its Handle in `avail`,
+    made there the first time either side asks."""
+    d, _c, mb = seg
+    if d == "fwd" and vs > 0:
+        key = ("act", vs, mb)
+    elif d == "bwd" and vs < eng.p * eng.v - 1:
+        key = ("grad", vs, mb)
+    else:
+        return None
+    h = avail.get(key)
+    if h is None:
+        h = avail[key] = Handle(kind="pp", name=f"{key[0]} vs{vs} mb{mb}")
+    return h
+
+
 def segment_ops(eng, prog, cache: dict, seg, record: bool, factor: float = 1.0):
     """Ops of one segment (direction, chunk, micro-batch) of a stage program with their durations (s,
     times `factor`), layer-row keys (when `record`) and whether it carries explicit pipeline markers;
@@ -1514,21 +1548,9 @@ class _StageRun:
         eng._stream_issue(self, stream, handle, make_reqs)
 
     def _needs(self, seg) -> Handle | None:
-        d, c, mb = seg
-        if d not in ("fwd", "bwd"):
+        if seg[0] not in ("fwd", "bwd"):
             return None
-        eng = self.eng
-        vs = self._vstage(c)
-        if d == "fwd" and vs > 0:
-            key = ("act", vs, mb)
-        elif d == "bwd" and vs < eng.p * eng.v - 1:
-            key = ("grad", vs, mb)
-        else:
-            return None
-        h = eng._avail.get(key)
-        if h is None:
-            h = eng._avail[key] = Handle(kind="pp", name=f"{key[0]} vs{vs} mb{mb}")
-        return h
+        return awaited_transfer(self.eng, self.eng._avail, seg, self._vstage(seg[1]))
 
     def _kernel_runs(self, ops: list) -> list:
         """Per op of the list: the index of the first op from it on that is communication or that a
@@ -1691,15 +1713,16 @@ class _StageRun:
                 self.lag = lag
                 self._charge_lag(op)
                 lag = self.lag
+            # _issue_fast's timing: after the group's previous arithmetically timed operation
+            info = opinfo.get(id(op)) or self._fast_op(op)
+            est = info.est
+            free = fast_free.get(g, 0.0)
+            start = free if free > clock else clock
+            done = start + est
+            fast_free[g] = done
+            nfast += 1
             if op.blocking:
                 # _issue_fast + _fast_wait without a Handle: nothing waits on it later
-                info = opinfo.get(id(op)) or self._fast_op(op)
-                est = info.est
-                free = fast_free.get(g, 0.0)
-                start = free if free > clock else clock
-                done = start + est
-                fast_free[g] = done
-                nfast += 1
                 if record:
                     st = layers[info.row]
                     col = info.col
@@ -1719,14 +1742,7 @@ class _StageRun:
                 if info.host_sync:
                     sync = True
             else:
-                # _issue_fast (tracked, untraced) and _hold, inline
-                info = opinfo.get(id(op)) or self._fast_op(op)
-                est = info.est
-                free = fast_free.get(g, 0.0)
-                start = free if free > clock else clock
-                done = start + est
-                fast_free[g] = done
-                nfast += 1
+                # the rest of _issue_fast (tracked, untraced) and _hold, inline
                 h = Handle(g, op.name, start, done, True, (), math.nan, True, op, None, None, self.stage,
                            op.collective, info.size_bytes, info.group_size)
                 log.append(h)

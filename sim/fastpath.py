@@ -36,6 +36,7 @@ from sim.engine import (
     EngineResult,
     Handle,
     StageStats,
+    awaited_transfer,
     column_of,
     report_group,
     segment_ops,
@@ -57,8 +58,8 @@ def applies(eng) -> str | None:
 
 
 # instruction codes of a compiled segment (FastRun._program) and what follows a collective's issue
-_KERNEL, _FAST, _OTHER = 0, 1, 2
-_BLOCK, _PENDING, _DEFER, _AFTER = 0, 1, 2, 3     # waited at once / by its wait_op / at the iteration end / after the segment
+_KERNEL, _FAST, _OTHER, _FAST_BLOCK = 0, 1, 2, 3
+_PENDING, _DEFER, _AFTER = 1, 2, 3     # non-blocking: waited by its wait_op / at the iteration end / after the segment
 
 
 class _NeedsEvents(Exception):
@@ -75,7 +76,7 @@ class _OpInfo:
     fast = True
     peer_stage = -1
     __slots__ = ("est", "group_size", "fp", "kind", "name", "collective", "size_bytes", "op", "stage",
-                 "report_group", "layer_row", "column", "row", "host_sync", "thread", "wait_name",
+                 "report_group", "layer_row", "column", "_row", "_rank", "_row_key", "host_sync", "thread", "wait_name",
                  "comm_args", "wait_args")
 
     def __init__(self, eng, stage: int, op, est: float, groups, fp, record: bool, slot=None) -> None:
@@ -94,17 +95,29 @@ class _OpInfo:
         self.wait_args = slot(self, "wait") if slot is not None else None
         # a blocking op whose result the host reads (sim.overheads: .item() after it)
         self.host_sync = eng.host is not None and op.name.startswith(eng.host.host_sync_ops)
-        layer = eng.row_key(op)
         # stage 0's per-layer row and column (exposed time is charged there)
-        self.layer_row = layer if record else None
+        self.layer_row = eng.row_key(op) if record else None
         self.column = column_of(op) if record else None
-        # the row's fields in sim.simulation._collective_rows's order, the times (set per execution) last
-        self.row = {"stage": stage, "rank": eng.rep_ranks[stage], "group": op.group,
-                    "report_group": self.report_group, "name": op.name, "collective": op.collective,
-                    "size_bytes": self.size_bytes, "group_size": self.group_size, "peer_stage": None,
-                    "layer": layer, "phase": getattr(op, "phase", "pipeline"),
-                    "blocking": bool(op.blocking), "timing": "estimate",
-                    "start_s": math.nan, "end_s": math.nan, "duration_s": math.nan, "exposed_s": math.nan}
+        self._rank, self._row_key = eng.rep_ranks[stage], eng.row_key     # (not eng: no reference cycle)
+        self._row = None
+
+    @property
+    def row(self) -> dict:
+        """The op's StepReport.collectives row fields in sim.simulation._collective_rows's order, the
+        times (set per execution) last; made on first read (a report whose rows are never read
+        makes none)."""
+        row = self._row
+        if row is None:
+            op = self.op
+            layer = self.layer_row if self.layer_row is not None else self._row_key(op)
+            row = self._row = {
+                "stage": self.stage, "rank": self._rank, "group": op.group,
+                "report_group": self.report_group, "name": op.name, "collective": op.collective,
+                "size_bytes": self.size_bytes, "group_size": self.group_size, "peer_stage": None,
+                "layer": layer, "phase": getattr(op, "phase", "pipeline"),
+                "blocking": bool(op.blocking), "timing": "estimate",
+                "start_s": math.nan, "end_s": math.nan, "duration_s": math.nan, "exposed_s": math.nan}
+        return row
 
 
 class _Rec:
@@ -175,6 +188,7 @@ class FastRun:
         self.parked_on_comm = 0      # stages waiting for a cross-stage collective's start (contention)
         self.trace: list | None = [] if eng.tracing else None   # engine trace entries (sim.engine format)
         self.log: list = []          # every communication operation, stage by stage (eng.comm_log)
+        self.slow: list = []         # the log's entries that are not fast records (sends, cross-stage), in order
         self.rows_of: dict = {}      # id(cross-stage handle of stage 0) -> its per-layer (row, column)
         # trace arguments, filled later (sim.trace_args.annotate): each entry's last field is an empty
         # dict, shared by every execution of one op, listed here with the reference and category that
@@ -231,21 +245,9 @@ class FastRun:
         return segment_ops(self.eng, st.prog, st.seg_cache, seg, st.record)
 
     def _needs(self, st: _Stage, seg) -> Handle | None:
-        d, c, mb = seg
-        if d not in ("fwd", "bwd"):
+        if seg[0] not in ("fwd", "bwd"):
             return None
-        eng = self.eng
-        vs = c * eng.p + st.stage
-        if d == "fwd" and vs > 0:
-            key = ("act", vs, mb)
-        elif d == "bwd" and vs < eng.p * eng.v - 1:
-            key = ("grad", vs, mb)
-        else:
-            return None
-        h = self.avail.get(key)
-        if h is None:
-            h = self.avail[key] = Handle(kind="pp", name=f"{key[0]} vs{vs} mb{mb}")
-        return h
+        return awaited_transfer(self.eng, self.avail, seg, seg[1] * self.eng.p + st.stage)
 
     def _sends_allowed(self, st: _Stage, seg) -> bool:
         d, c, _ = seg
@@ -332,6 +334,7 @@ class FastRun:
         h = Handle(kind=op.group, name=op.name, op=op, stage=st.stage, collective=op.collective,
                    size_bytes=int(op.size_bytes), group_size=len(my_groups[0]) if my_groups else 1)
         self.log.append(h)
+        self.slow.append(h)
         h.owner = st
         if eng.contention is not None:
             h.fp = eng.footprint(st.stage, op, my_groups)
@@ -402,6 +405,7 @@ class FastRun:
         h.stage, h.peer_stage, h.collective = st.stage, dst_stage, "send"
         h.size_bytes, h.group_size = size, 2
         self.log.append(h)
+        self.slow.append(h)
         if eng.host is not None and eng.host.sync_on_pipeline_p2p:
             st.sent_handles.append(h)
         if eng.contention is not None:
@@ -460,9 +464,10 @@ class FastRun:
         op with everything that is the same at every execution resolved (duration, trace texts and
         argument slot, the collective's _OpInfo and what happens after its issue), so the run loop does
         no per-op lookups. _KERNEL: a = duration (s), b = phase, c = trace argument slot; _FAST: an
-        intra-stage collective, a = its _OpInfo, b = _BLOCK / _PENDING / _DEFER / _AFTER; _OTHER: a
-        pipeline send / receive or a cross-stage collective (_other_op). rc: stage 0's (layer row,
-        column), else None."""
+        intra-stage collective, a = its _OpInfo, b = _PENDING / _DEFER / _AFTER; _FAST_BLOCK: a
+        blocking one (the most frequent instruction: its fields unpacked), a = its _OpInfo, b = its
+        time (s), c = its group kind, op = its report group; _OTHER: a pipeline send / receive or a
+        cross-stage collective (_other_op). rc: stage 0's (layer row, column), else None."""
         kargs = self._kernel_slots(ops) if self.trace is not None else None
         in_pipeline = seg[0] in ("fwd", "bwd")
         prog = []
@@ -474,8 +479,10 @@ class FastRun:
                 prog.append((_OTHER, op.name, None, rc, None, None, op))
             else:
                 info = st.opinfo.get(id(op)) or self._op_info(st, op)
-                after = (_BLOCK if op.blocking else _PENDING if op.wait_op
-                         else _DEFER if op.microbatch == "last" and in_pipeline else _AFTER)
+                if op.blocking:
+                    prog.append((_FAST_BLOCK, op.name, info, rc, info.est, info.kind, info.report_group))
+                    continue
+                after = _PENDING if op.wait_op else _DEFER if op.microbatch == "last" and in_pipeline else _AFTER
                 prog.append((_FAST, op.name, info, rc, after, None, op))
         return prog
 
@@ -565,6 +572,40 @@ class FastRun:
                             tr((stage, "compute", "host issue", clock, t - clock, "overhead", host_args))
                         overhead += t - clock
                         clock = t
+                if code == _FAST_BLOCK:
+                    # a blocking intra-stage collective: FIFO on its kind's stream, b (its idle-network
+                    # time) long, waited at once; logged as sim.engine's arithmetically timed records:
+                    # (info, start, done, exposed). c: its kind, op: its report group
+                    start = fast_free.get(c, 0.0)
+                    if start < clock:
+                        start = clock
+                    done = start + b
+                    fast_free[c] = done
+                    if rc is not None:
+                        ls = layers[rc[0]]
+                        col = rc[1]
+                        ls.comm_s[col] += b
+                        ls.comm_bytes[col] += a.op.size_bytes
+                        ls.comm_kind[col] = (a.collective, a.group_size)
+                    if tr is not None:
+                        tr((stage, a.thread, name, start, b, "comm", a.comm_args))
+                    if done > clock:
+                        dt = done - clock
+                        exposed[op] += dt
+                        kinds[c] = kinds.get(c, 0.0) + dt
+                        if rc is not None:
+                            layers[rc[0]].exposed_s[rc[1]] += dt
+                        if tr is not None:
+                            tr((stage, "compute", a.wait_name, clock, dt, "wait", a.wait_args))
+                        clock = done
+                        log_append((a, start, done, dt))
+                    else:
+                        log_append((a, start, done, 0.0))
+                    if a.fp is not None:
+                        ghost = True
+                    if a.host_sync:
+                        host_sync = True
+                    continue
                 if code == _KERNEL:
                     if cm is not None and (ghost or st.live):
                         if st.live:
@@ -604,7 +645,7 @@ class FastRun:
                         host_sync = True
                     clock, host = st.clock, st.host
                     continue
-                # an intra-stage collective: FIFO on its kind's stream, its idle-network time long
+                # a non-blocking intra-stage collective: FIFO on its kind's stream, its idle-network time long
                 group = a.kind
                 est = a.est
                 start = fast_free.get(group, 0.0)
@@ -620,25 +661,6 @@ class FastRun:
                     ls.comm_kind[col] = (a.collective, a.group_size)
                 if tr is not None:
                     tr((stage, a.thread, name, start, est, "comm", a.comm_args))
-                if b == _BLOCK:
-                    # logged as sim.engine's arithmetically timed records: (info, start, done, exposed)
-                    if done > clock:
-                        dt = done - clock
-                        exposed[a.report_group] += dt
-                        kinds[group] = kinds.get(group, 0.0) + dt
-                        if rc is not None:
-                            layers[rc[0]].exposed_s[rc[1]] += dt
-                        if tr is not None:
-                            tr((stage, "compute", a.wait_name, clock, dt, "wait", a.wait_args))
-                        clock = done
-                        log_append((a, start, done, dt))
-                    else:
-                        log_append((a, start, done, 0.0))
-                    if a.fp is not None:
-                        ghost = True
-                    if a.host_sync:
-                        host_sync = True
-                    continue
                 h = _Rec(a, start, done)
                 log_append(h)
                 if a.fp is not None:
@@ -744,7 +766,7 @@ class FastRun:
         from sim.simulation import _collective_rows
         eng = self.eng
         log = self.log
-        slow = [h for h in log if type(h) is not tuple and not h.fast]
+        slow = self.slow      # (Handles: not fast)
         return CollectiveRows(log, _collective_rows(slow, eng.rep_ranks, eng.row_key)), len(log) - len(slow)
 
 

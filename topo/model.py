@@ -318,11 +318,10 @@ class Topology:
         """Shortest host-side exits of a GPU: node paths (gpu, [pcie..., nic], network switch)."""
         ports = self._cache.get("ports")
         if ports is None:
-            ports = self._cache["ports"] = _direct_ports(self)
+            ports = self._cache["ports"] = {}
         got = ports.get(gpu)
         if got is None:
-            got = _ports(self, gpu)
-            ports[gpu] = got
+            got = ports[gpu] = _direct_ports(self, gpu) or _ports(self, gpu)
         return got
 
 
@@ -470,14 +469,22 @@ def direct_gpu_links(t: Topology):
     return got
 
 
-def _direct_ports(t: Topology) -> dict[int, list[tuple[int, ...]]]:
-    """_ports of every GPU with a link straight to a network switch, for all GPUs at once: the BFS
-    stops at its first level there, with those links in link order."""
-    g_arr, sw_arr, _ = direct_gpu_links(t)
-    out: dict[int, list[tuple[int, ...]]] = {}
-    for g, sw in zip(g_arr.tolist(), sw_arr.tolist()):
-        out.setdefault(g, []).append((g, sw))
-    return out
+def _direct_ports(t: Topology, gpu: int) -> list[tuple[int, ...]]:
+    """_ports of a GPU when it links straight to a network switch (the BFS stops at its first level
+    there, with those links in link order), else []: read from a per-GPU table of direct_gpu_links
+    (made on first use, so routing one GPU does not build every GPU's port list)."""
+    tab = t._cache.get("direct_ports")
+    if tab is None:
+        import numpy as np
+        g_arr, sw_arr, _ = direct_gpu_links(t)
+        order = np.argsort(g_arr, kind="stable")      # stable: each GPU's links stay in link order
+        ptr = np.searchsorted(g_arr[order], np.arange(t.num_gpus + 1)).tolist()
+        tab = t._cache["direct_ports"] = (ptr, sw_arr[order])
+    ptr, sws = tab
+    if not 0 <= gpu < t.num_gpus:
+        return []
+    lo, hi = ptr[gpu], ptr[gpu + 1]
+    return [(gpu, sw) for sw in sws[lo:hi].tolist()] if hi > lo else []
 
 
 def _ports(t: Topology, gpu: int) -> list[tuple[int, ...]]:
