@@ -211,7 +211,7 @@ class EngineResult:
     # every stage representative's communication in issue order: Handles, and (FastOp, start_s, done_s,
     # exposed_s) tuples of blocking arithmetically timed ops (sim.simulation._collective_rows reads both)
     comm_log: list = field(default_factory=list)
-    collective_rows: list | None = None     # StepReport.collectives rows when sim.fastpath built them
+    collective_rows: object = None     # a fast run's rows: sim.fastpath.CollectiveRows (built on first read)
 
 
 @dataclass
