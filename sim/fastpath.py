@@ -58,7 +58,7 @@ def applies(eng) -> str | None:
 
 
 # instruction codes of a compiled segment (FastRun._program) and what follows a collective's issue
-_KERNEL, _FAST, _OTHER, _FAST_BLOCK = 0, 1, 2, 3
+_FAST_BLOCK, _FAST, _KERNEL, _OTHER = 0, 1, 2, 3     # (intra-stage collectives: code <= _FAST)
 _PENDING, _DEFER, _AFTER = 1, 2, 3     # non-blocking: waited by its wait_op / at the iteration end / after the segment
 
 
@@ -465,8 +465,7 @@ class FastRun:
         argument slot, the collective's _OpInfo and what happens after its issue), so the run loop does
         no per-op lookups. _KERNEL: a = duration (s), b = phase, c = trace argument slot; _FAST: an
         intra-stage collective, a = its _OpInfo, b = _PENDING / _DEFER / _AFTER; _FAST_BLOCK: a
-        blocking one (the most frequent instruction: its fields unpacked), a = its _OpInfo, b = its
-        time (s), c = its group kind, op = its report group; _OTHER: a pipeline send / receive or a
+        blocking one, a = its _OpInfo; _OTHER: a pipeline send / receive or a
         cross-stage collective (_other_op). rc: stage 0's (layer row, column), else None."""
         kargs = self._kernel_slots(ops) if self.trace is not None else None
         in_pipeline = seg[0] in ("fwd", "bwd")
@@ -480,7 +479,7 @@ class FastRun:
             else:
                 info = st.opinfo.get(id(op)) or self._op_info(st, op)
                 if op.blocking:
-                    prog.append((_FAST_BLOCK, op.name, info, rc, info.est, info.kind, info.report_group))
+                    prog.append((_FAST_BLOCK, op.name, info, rc, None, None, op))
                     continue
                 after = _PENDING if op.wait_op else _DEFER if op.microbatch == "last" and in_pipeline else _AFTER
                 prog.append((_FAST, op.name, info, rc, after, None, op))
@@ -572,39 +571,54 @@ class FastRun:
                             tr((stage, "compute", "host issue", clock, t - clock, "overhead", host_args))
                         overhead += t - clock
                         clock = t
-                if code == _FAST_BLOCK:
-                    # a blocking intra-stage collective: FIFO on its kind's stream, b (its idle-network
-                    # time) long, waited at once; logged as sim.engine's arithmetically timed records:
-                    # (info, start, done, exposed). c: its kind, op: its report group
-                    start = fast_free.get(c, 0.0)
+                if code <= _FAST:
+                    # an intra-stage collective: FIFO on its kind's stream, its idle-network time long
+                    kind = a.kind
+                    est = a.est
+                    start = fast_free.get(kind, 0.0)
                     if start < clock:
                         start = clock
-                    done = start + b
-                    fast_free[c] = done
+                    done = start + est
+                    fast_free[kind] = done
                     if rc is not None:
                         ls = layers[rc[0]]
                         col = rc[1]
-                        ls.comm_s[col] += b
-                        ls.comm_bytes[col] += a.op.size_bytes
+                        ls.comm_s[col] += est
+                        ls.comm_bytes[col] += op.size_bytes
                         ls.comm_kind[col] = (a.collective, a.group_size)
                     if tr is not None:
-                        tr((stage, a.thread, name, start, b, "comm", a.comm_args))
-                    if done > clock:
-                        dt = done - clock
-                        exposed[op] += dt
-                        kinds[c] = kinds.get(c, 0.0) + dt
-                        if rc is not None:
-                            layers[rc[0]].exposed_s[rc[1]] += dt
-                        if tr is not None:
-                            tr((stage, "compute", a.wait_name, clock, dt, "wait", a.wait_args))
-                        clock = done
-                        log_append((a, start, done, dt))
-                    else:
-                        log_append((a, start, done, 0.0))
+                        tr((stage, a.thread, name, start, est, "comm", a.comm_args))
+                    if code == _FAST_BLOCK:
+                        # blocking: waited at once; logged as sim.engine's arithmetically timed records:
+                        # (info, start, done, exposed)
+                        if done > clock:
+                            dt = done - clock
+                            exposed[a.report_group] += dt
+                            kinds[kind] = kinds.get(kind, 0.0) + dt
+                            if rc is not None:
+                                layers[rc[0]].exposed_s[rc[1]] += dt
+                            if tr is not None:
+                                tr((stage, "compute", a.wait_name, clock, dt, "wait", a.wait_args))
+                            clock = done
+                            log_append((a, start, done, dt))
+                        else:
+                            log_append((a, start, done, 0.0))
+                        if a.fp is not None:
+                            ghost = True
+                        if a.host_sync:
+                            host_sync = True
+                        continue
+                    h = _Rec(a, start, done)
+                    log_append(h)
                     if a.fp is not None:
-                        ghost = True
-                    if a.host_sync:
-                        host_sync = True
+                        h.fp = a.fp
+                        st.live.append(h)
+                    if b == _PENDING:
+                        pending.setdefault(op.wait_op, []).append(h)
+                    elif b == _DEFER:
+                        st.deferred.append((h, op))
+                    else:
+                        outstanding.append((h, op))
                     continue
                 if code == _KERNEL:
                     if cm is not None and (ghost or st.live):
@@ -639,39 +653,11 @@ class FastRun:
                     clock += a
                     compute += a
                     continue
-                if code == _OTHER:
-                    st.clock, st.host = clock, host
-                    if (yield from self._other_op(st, seg, op, rc, pending, outstanding)):
-                        host_sync = True
-                    clock, host = st.clock, st.host
-                    continue
-                # a non-blocking intra-stage collective: FIFO on its kind's stream, its idle-network time long
-                group = a.kind
-                est = a.est
-                start = fast_free.get(group, 0.0)
-                if start < clock:
-                    start = clock
-                done = start + est
-                fast_free[group] = done
-                if rc is not None:
-                    ls = layers[rc[0]]
-                    col = rc[1]
-                    ls.comm_s[col] += est
-                    ls.comm_bytes[col] += op.size_bytes
-                    ls.comm_kind[col] = (a.collective, a.group_size)
-                if tr is not None:
-                    tr((stage, a.thread, name, start, est, "comm", a.comm_args))
-                h = _Rec(a, start, done)
-                log_append(h)
-                if a.fp is not None:
-                    h.fp = a.fp
-                    st.live.append(h)
-                if b == _PENDING:
-                    pending.setdefault(op.wait_op, []).append(h)
-                elif b == _DEFER:
-                    st.deferred.append((h, op))
-                else:
-                    outstanding.append((h, op))
+                # _OTHER
+                st.clock, st.host = clock, host
+                if (yield from self._other_op(st, seg, op, rc, pending, outstanding)):
+                    host_sync = True
+                clock, host = st.clock, st.host
             st.clock, st.host = clock, host
             stats.compute_s, stats.overhead_s, stats.slowdown_s = compute, overhead, slowdown
             # non-blocking ops whose wait_op did not follow them in this list: waited here
