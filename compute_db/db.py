@@ -471,8 +471,8 @@ class ComputeDB:
         exact: dict[TKey, tuple[float, str]] = {}
         for tk, by_src in per.items():
             if len(by_src) == 1:     # most keys (10^5 on the shipped DB): _median and the join of one source
-                for src, t in by_src.items():
-                    exact[tk] = (t, src)
+                ((src, t),) = by_src.items()
+                exact[tk] = (t, src)
             else:
                 exact[tk] = (_median(list(by_src.values())), ", ".join(sorted(by_src)))
         got = (exact, figs)

@@ -114,7 +114,7 @@ def _yaml_load(text: str, path: Path) -> object:
 
 
 # The YAML the shipped table is written in, read without importing PyYAML (~20 ms of every run's
-# start-up, issue 16): nested block mappings (2-space indents), flow lists and mappings of plain
+# start-up, issue 16): nested block mappings (indented by spaces), flow lists and mappings of plain
 # scalars, comments. Plain scalars resolve as YAML 1.1 does (PyYAML's safe loader) for the forms
 # accepted here: decimal ints, decimal floats with a fraction, true/false, names starting with a
 # letter that no YAML 1.1 rule reads as a bool or null. Anything else (quotes, block lists, anchors,

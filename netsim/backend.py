@@ -85,6 +85,16 @@ def _pair_shape_of(gpus: tuple[int, int], same_unit: bool, same_domain: bool) ->
     return GroupShape(gpus, [[a, b] if a <= b else [b, a]] if same_unit else [[a], [b]], 1 if same_domain else 2)
 
 
+def _fastest(timed) -> tuple[tuple | None, float]:
+    """(candidate, time) of the fastest of (candidate, time) pairs given in NCCL's order (ring, tree,
+    NVLS; LL, LL128, Simple): a tie (within 1e-9) keeps the earlier; (None, inf) when there are none."""
+    best, best_t = None, math.inf
+    for cand, t in timed:
+        if t < best_t * (1 - 1e-9):
+            best, best_t = cand, t
+    return best, best_t
+
+
 def _float_bytes(a: np.ndarray) -> bytes:
     """A float array's values as a key (route_signature): its float64 bytes."""
     if type(a) is np.ndarray and a.dtype == np.float64:     # (asarray's per-call cost, for the same bytes)
@@ -251,17 +261,17 @@ class Planner:
             if got is not None:
                 self._auto[ck] = got
                 return (gpus, shape, facts) + got
-            best, best_t = None, math.inf
-            for alg in algs:
-                protos = self.model.protocols(alg, req.op, facts.ll128_ok, shape.m)
-                if proto_req != "auto":
-                    if proto_req not in protos:
-                        continue
-                    protos = (proto_req,)
-                for proto in protos:
-                    t = self.estimate_s(req.op, alg, proto, gpus, max(float(req.size_bytes), 1.0))
-                    if t < best_t * (1 - 1e-9):
-                        best, best_t = (alg, proto), t
+            def timed():
+                for alg in algs:
+                    protos = self.model.protocols(alg, req.op, facts.ll128_ok, shape.m)
+                    if proto_req != "auto":
+                        if proto_req not in protos:
+                            continue
+                        protos = (proto_req,)
+                    for proto in protos:
+                        yield (alg, proto), self.estimate_s(req.op, alg, proto, gpus, max(float(req.size_bytes), 1.0))
+
+            best, _t = _fastest(timed())
             if best is None:
                 raise NetsimError(f"protocol {PROTOCOL_NAMES[proto_req]} does not apply to any algorithm "
                                   f"of {req.op} on this group")
@@ -424,7 +434,7 @@ class Planner:
         return shape.gpus if alg == "p2p" else tuple([g for s in shape.servers for g in s])
 
     def _relabelled_routes(self, jobs: list[tuple]) -> list[tuple]:
-        """Route (op, algorithm, group) keys of _RELABELLED with their shapes (`jobs`), the groups of
+        """Route (op, algorithm, group) keys of _RELABELLED or point-to-point with their shapes (`jobs`), the groups of
         one template at once as GPU arrays (netsim.resolve.route_relabelled: no per-group specs
         built), into the route cache; groups of another (op, algorithm) with equal hops (a ring's
         reduce-scatter and all-gather) share the routes (copied with this template's specs).
@@ -734,15 +744,16 @@ class Planner:
         arithmetic as the routed plans, without routing the group."""
         op, gpus, size = req.op, tuple(req.gpus), float(req.size_bytes)
         shape, facts = self.shape(gpus)
-        best, best_t = None, math.inf
         plans = {}
-        for alg, sig in zip(qk[10], qk[11:]):
-            routed = self._quick_routed(op, alg, shape, sig)
-            for proto in self.model.protocols(alg, op, facts.ll128_ok, shape.m):
-                plan = plans[(alg, proto)] = self._plan_of(op, alg, proto, shape, facts, routed)
-                t = ana.estimate_s(self.view, plan, max(size, 1.0))
-                if t < best_t * (1 - 1e-9):      # choose's rule: ties keep the earlier candidate
-                    best, best_t = (alg, proto), t
+
+        def timed():
+            for alg, sig in zip(qk[10], qk[11:]):
+                routed = self._quick_routed(op, alg, shape, sig)
+                for proto in self.model.protocols(alg, op, facts.ll128_ok, shape.m):
+                    plan = plans[(alg, proto)] = self._plan_of(op, alg, proto, shape, facts, routed)
+                    yield (alg, proto), ana.estimate_s(self.view, plan, max(size, 1.0))
+
+        best, best_t = _fastest(timed())      # choose's rule
         if best is None:      # no protocol applies: choose raises its error
             gpus, _shape, _facts, alg, proto = self.choose(req, True)
             return self.estimate_s(op, alg, proto, gpus, size), alg, proto
@@ -756,10 +767,7 @@ class Planner:
         the class and propagation of its hop_keys row (`sig`: _quick_signature)."""
         from netsim.resolve import RoutedSpec
         if (op, alg) in _RELABELLED:
-            sizes = tuple(len(s) for s in shape.servers)
-            specs = self._spec_tmpl.get((op, alg, sizes))
-            if specs is None:
-                specs = self._spec_tmpl[(op, alg, sizes)] = _canonical_specs(sizes, shape.domains, op, alg)
+            specs = self._template(shape, op, alg)[0]
         else:
             specs = self._build_specs(shape, op, alg)
         classes, props = self.view.hop_key_routes(np.frombuffer(sig[1], dtype=np.float64).reshape(-1, 6))

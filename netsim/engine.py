@@ -172,7 +172,7 @@ class FlowEngine:
             self._budget_check()
 
     def _set_kernels(self, k: dict) -> None:
-        self._k_top, self._k_rebuild = k["heap_top"], k["heap_rebuild"]
+        self._k_rebuild = k["heap_rebuild"]
         self._k_add, self._k_pop, self._k_resolve = k["add_flows"], k["pop_done"], k["resolve"]
         self._k_compact = k["compact_entries"]
 

@@ -217,11 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     if whole_process:
         _single_thread_blas(argv or ["run"], os.environ)
         _cheap_exit()
-        parsed: list = []
-        status = _main(argv, parsed)
+        analytical_run: list = []
+        status = _main(argv, analytical_run)
         # the analytical run only (its teardown is what is measured), and never under mpiexec: mpi4py
         # finalises MPI at the interpreter's C-level exit, which os._exit skips
-        if parsed and _collector_off_for(parsed[0]) and "mpi4py" not in sys.modules:
+        if analytical_run and "mpi4py" not in sys.modules:
             _exit_now(status)
         return status
     return _main(argv)
@@ -238,8 +238,9 @@ def _collector_off_for(args) -> bool:
             and not getattr(args, "jobs", None))
 
 
-def _main(argv: list[str], parsed: list | None = None) -> int:
-    """main()'s work; `parsed` (the process owner's): the parsed arguments are appended to it."""
+def _main(argv: list[str], analytical_run: list | None = None) -> int:
+    """main()'s work. analytical_run (given by the process owner): True is appended to it when the
+    command is an analytical `run` (_collector_off_for), whose process keeps the collector off."""
     if argv in (["--version"], ["-V"]):  # answered before the subcommands' imports
         print(f"clustersim {version()}")
         return 0
@@ -253,10 +254,9 @@ def _main(argv: list[str], parsed: list | None = None) -> int:
         parser.print_help()
         return 2
     errors = user_errors()
-    if parsed is not None:
-        parsed.append(args)
-        if _collector_off_for(args):
-            gc.disable()      # not turned back on: the process ends with the command (_exit_now)
+    if analytical_run is not None and _collector_off_for(args):
+        analytical_run.append(True)
+        gc.disable()      # not turned back on: the process ends with the command (_exit_now)
     previous = _handle_sigterm()
     shown = warnings.showwarning
     warnings.showwarning = _one_line_warnings(shown)

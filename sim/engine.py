@@ -381,13 +381,10 @@ class Engine:
         return r
 
     def _select(self, groups: list[tuple[int, ...]], rep_gpu: int) -> list[tuple[int, ...]]:
-        """Groups (GPU tuples) to submit; see the module docstring for the symmetry argument."""
+        """Groups (GPU tuples) to submit on a backend with contention (contention-free: _select_rows);
+        see the module docstring for the symmetry argument."""
         if self.sampling == "full" or len(groups) <= 1:
             return groups
-        if self.contention_free:
-            import numpy as np
-            one = self._congruent_rep(np.asarray(groups), rep_gpu)
-            return groups if one is None else one
         dom = self._domain
         if all(all(dom(g) == dom(grp[0]) for g in grp[1:]) for grp in groups):
             return [grp for grp in groups if rep_gpu in grp][:1]
@@ -405,7 +402,7 @@ class Engine:
         return groups
 
     def _congruent_rep(self, g, rep_gpu: int) -> list[tuple[int, ...]] | None:
-        """_select's contention-free rule on groups given as the rows of an integer array: congruent
+        """The contention-free selection rule on groups given as the rows of an integer array: congruent
         groups (same member offsets, same NVLink-domain pattern) have equal idle-network times, so
         the representative's group (first row holding rep_gpu; [] if none) stands for all of them;
         None when they are not congruent."""
@@ -416,8 +413,9 @@ class Engine:
         return None
 
     def _select_rows(self, g, rep_gpu: int) -> list[tuple[int, ...]]:
-        """_select of the groups given as the rows of an integer array, without making every group's
-        tuple when the representative's group stands for all of them (contention-free backend)."""
+        """Groups to submit, of the groups given as the rows of an integer array: on a contention-free
+        backend the representative's group when congruent groups stand for all (_congruent_rep, without
+        making every group's tuple), else every group; with contention, _select's rules."""
         if self.contention_free and self.sampling != "full" and len(g) > 1:
             one = self._congruent_rep(g, rep_gpu)
             if one is not None:
@@ -836,8 +834,7 @@ def route_components(planner, groups: list, collective: str, size: int):
     The channel bookkeeping is done with numpy on all uses at once (_components_of, _channel_labels;
     whole components, about _LABEL_CHUNK uses at a time) and the per-flow fields come from
     Planner.call_parts_many (shared by the groups of one plan template); the result is that of a
-    scan flow by flow over Planner.call (tests/netsim/test_route_components.py and
-    tests/sim/test_sim_symmetry.py compare the two)."""
+    scan flow by flow over Planner.call (tests/netsim/test_route_components.py compares the two)."""
     import numpy as np
 
     cap = planner.capacity_list()
@@ -1045,9 +1042,15 @@ def awaited_transfer(eng, avail: dict, seg, vs: int) -> Handle | None:
         key = ("grad", vs, mb)
     else:
         return None
+    return transfer_handle(avail, key)
+
+
+def transfer_handle(avail: dict, key: tuple) -> Handle:
+    """The Handle of pipeline transfer `key` = ("act" | "grad", receiving virtual stage, micro-batch)
+    in `avail`, made there the first time its sender or receiver asks."""
     h = avail.get(key)
     if h is None:
-        h = avail[key] = Handle(kind="pp", name=f"{key[0]} vs{vs} mb{mb}")
+        h = avail[key] = Handle(kind="pp", name=f"{key[0]} vs{key[1]} mb{key[2]}")
     return h
 
 
@@ -1509,9 +1512,7 @@ class _StageRun:
         p = eng.p
         dst_vs, size, key, stream = send_target(eng, self.prog, self._vstage(c), direction, mb, size)
         dst_stage = dst_vs % p
-        handle = eng._avail.get(key)
-        if handle is None:
-            handle = eng._avail[key] = Handle(kind="pp", name=f"{key[0]} vs{dst_vs} mb{mb}")
+        handle = transfer_handle(eng._avail, key)
         if size <= 0 or dst_stage == self.stage:
             handle.start_s = now
             eng._push(now, eng._finish, handle)
@@ -1608,7 +1609,7 @@ class _StageRun:
         sync = self.pending_host_sync
         clock, host, comp, ovh, lag = self.clock, self.host, stats.compute_s, stats.overhead_s, self.lag
         # contention: _contended's quiet-window test on locals, re-read after every call that may change
-        # it (_contended, _arith_end, _issue_fast)
+        # it (_live_state, _arith_end, the inline _track)
         watch = cm is not None
         live, q_ok, q_t, q_nxt = self.live, self.ntrack == self.q_ntrack, self.q_t, self.q_nxt
         # kernel runs with the host model on, off stage 0's rows and without a straggler factor: the loop

@@ -41,6 +41,7 @@ from sim.engine import (
     report_group,
     segment_ops,
     send_target,
+    transfer_handle,
 )
 from sim.errors import SimError
 from sim.schedule import stage_tasks
@@ -184,7 +185,7 @@ class FastRun:
         self.rdv: dict = {}          # (kind, name, n) -> [arrived handles]
         self.waiting: dict = {}      # id(handle) -> stages parked until its done time is known
         self.ready: list = []
-        self.send_fp: dict = {}      # (stage, destination stage, bytes) -> footprint of its pipeline sends
+        self.send_fp: dict = {}      # (stage, bytes) -> footprint of its pipeline sends (Engine.footprint's key)
         self.parked_on_comm = 0      # stages waiting for a cross-stage collective's start (contention)
         self.trace: list | None = [] if eng.tracing else None   # engine trace entries (sim.engine format)
         self.log: list = []          # every communication operation, stage by stage (eng.comm_log)
@@ -392,9 +393,7 @@ class FastRun:
         p = eng.p
         dst_vs, size, key, stream = send_target(eng, st.prog, c * p + st.stage, direction, mb, size)
         dst_stage = dst_vs % p
-        h = self.avail.get(key)
-        if h is None:
-            h = self.avail[key] = Handle(kind="pp", name=f"{key[0]} vs{dst_vs} mb{mb}")
+        h = transfer_handle(self.avail, key)
         now = st.clock
         if size <= 0 or dst_stage == st.stage:
             h.start_s = h.done_s = now
@@ -409,9 +408,9 @@ class FastRun:
         if eng.host is not None and eng.host.sync_on_pipeline_p2p:
             st.sent_handles.append(h)
         if eng.contention is not None:
-            # Engine.footprint's cache key of these sends is (stage, size, constants): the footprint
-            # of a (stage, destination, size) is the one its first send got
-            fk = (st.stage, dst_stage, size)
+            # Engine.footprint keys these sends on (stage, size) and constants ("pp", "send", blocking,
+            # no wait_op): the footprint of a (stage, size) is the one its first send got
+            fk = (st.stage, size)
             fp = self.send_fp.get(fk)
             if fp is None:
                 fp = self.send_fp[fk] = eng.footprint(st.stage, CommOp(h.name, "send", "pp", size), pairs)

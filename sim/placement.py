@@ -62,6 +62,10 @@ class Placement:
     def stage_of(self, rank: int) -> int:
         return int(self._stage_of_rank[rank])
 
+    def stage_of_ranks(self) -> list[int]:
+        """[stage_of(r) for r in range(world_size)]."""
+        return self._stage_of_rank[:self.world_size].tolist()
+
     def rank_groups(self, kind: str) -> np.ndarray:
         """Groups of `kind` as a 2-D array of ranks (row = group)."""
         try:

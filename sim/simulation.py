@@ -365,16 +365,8 @@ def _simulate(workload, topology, *, gpu, network, db, placement, progress, samp
         overhead_s=overhead, overlap_slowdown_s=slowdown, kernel_time_by_family=by_family, stages=stages, exposed_by_group_kind_s=by_kind, meta=meta, layers=res.layers, trace=trace_events,
         rep_ranks=res.rep_ranks, rep_gpus=[pl.gpu_of(r) for r in res.rep_ranks], memory=memory,
         collectives=collective_rows,
-        rank_stage=_rank_stages(pl, world), stragglers=section,
+        rank_stage=pl.stage_of_ranks(), stragglers=section,
         link_loads=link_load_data, placement=pl)
-
-
-def _rank_stages(pl: Placement, world: int) -> list[int]:
-    """[pl.stage_of(r) for r in range(world)], from the placement's per-rank array when it has one."""
-    by_rank = getattr(pl, "_stage_of_rank", None)
-    if by_rank is not None and len(by_rank) >= world:
-        return by_rank[:world].tolist()
-    return [pl.stage_of(r) for r in range(world)]
 
 
 class _LogRows:

@@ -158,12 +158,6 @@ class _UsColumn:
         return self.texts[lo:hi], [b""] * (hi - lo)
 
 
-def slice_texts(keys: list, arg_at: np.ndarray, tails: dict, head_of: dict, ts_ns: np.ndarray,
-                dur_ns: np.ndarray, before: dict | None = None, after: dict | None = None) -> list[bytes]:
-    """The pieces of iter_slice_texts as a list."""
-    return list(iter_slice_texts(keys, arg_at, tails, head_of, ts_ns, dur_ns, before, after))
-
-
 def iter_slice_texts(keys: list, arg_at: np.ndarray, tails: dict, head_of: dict, ts_ns: np.ndarray,
                      dur_ns: np.ndarray, before: dict | None = None, after: dict | None = None) -> Iterator[bytes]:
     """The text of every slice, in order, joined by "," in pieces of at most CHUNK_SLICES slices (the

@@ -83,10 +83,11 @@ class _Builder:
         self.cls: list[int] = []
         self.classes: list[tuple[Rate, Rate, str, float]] = []
         self._class_ids: dict[tuple, int] = {}
+        self._make_node = node_maker()
 
     def add(self, count: int, kind: str, tier: str) -> int:
         base = len(self.nodes)
-        mk = node_maker()
+        mk = self._make_node
         self.nodes.extend([mk(i, kind, tier) for i in range(base, base + count)])
         return base
 
@@ -260,7 +261,7 @@ def _build_fabric(spec: FabricSpec, name: str) -> Topology:
 
     # ---- cables in SimAI order ----
     net_cls = b.link_class(spec.nic, spec.latency, "network", er) if spec.network and not use_nics else -1
-    if spec.host != "pcie" and not use_nics:
+    if not use_nics:      # (a PCIe host always uses NICs)
         # per GPU its host links, then its ToR links: one block of arrays
         tors = ep_tor[:G] if net_cls >= 0 else np.zeros((G, 0), dtype=np.int64)
         peers = np.concatenate((host_sw, tors), axis=1)

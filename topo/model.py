@@ -316,9 +316,7 @@ class Topology:
 
     def gpu_ports(self, gpu: int) -> list[tuple[int, ...]]:
         """Shortest host-side exits of a GPU: node paths (gpu, [pcie..., nic], network switch)."""
-        ports = self._cache.get("ports")
-        if ports is None:
-            ports = self._cache["ports"] = {}
+        ports = self._cache.setdefault("ports", {})
         got = ports.get(gpu)
         if got is None:
             got = ports[gpu] = _direct_ports(self, gpu) or _ports(self, gpu)
@@ -484,7 +482,7 @@ def _direct_ports(t: Topology, gpu: int) -> list[tuple[int, ...]]:
     if not 0 <= gpu < t.num_gpus:
         return []
     lo, hi = ptr[gpu], ptr[gpu + 1]
-    return [(gpu, sw) for sw in sws[lo:hi].tolist()] if hi > lo else []
+    return [(gpu, sw) for sw in sws[lo:hi].tolist()]
 
 
 def _ports(t: Topology, gpu: int) -> list[tuple[int, ...]]:

@@ -340,14 +340,8 @@ class Router:
         return tuple(reversed(out))
 
     # ---- across the network ------------------------------------------------------------------
-    def _link_between(self, a: int, b: int) -> int:
-        for lk in self.topology.out_links(a):
-            if lk.dst == b:
-                return lk.id
-        raise KeyError((a, b))
-
     def _first_link(self, a: int, b: int) -> int:
-        """Lowest link id a -> b (what _link_between returns), from the link CSR (_out: link id order)."""
+        """Lowest link id a -> b, from the link CSR (_out: link id order)."""
         for lid, d in self._out(a):
             if d == b:
                 return lid
@@ -361,7 +355,7 @@ class Router:
                 # the first hop leaves the GPU (link CSR); later hops (NIC, PCIe switch) by search
                 lids = (self._first_link(nodes[0], nodes[1]),)
                 if len(nodes) > 2:
-                    lids += tuple(self._link_between(x, y) for x, y in zip(nodes[1:], nodes[2:]))
+                    lids += tuple(self._first_link(x, y) for x, y in zip(nodes[1:], nodes[2:]))
                 got.append((lids, nodes[-1]))
             self._ports[g] = got
         return got
@@ -377,7 +371,7 @@ class Router:
             got = []
             for nodes in self.topology.gpu_ports(g):
                 rev = nodes[::-1]
-                got.append((tuple(self._link_between(x, y) for x, y in zip(rev, rev[1:])), nodes[-1]))
+                got.append((tuple(self._first_link(x, y) for x, y in zip(rev, rev[1:])), nodes[-1]))
             self._rports[g] = got
         return got
 

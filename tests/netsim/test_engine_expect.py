@@ -54,6 +54,7 @@ def test_event_times_are_python_floats_with_either_kernel_set(use_numba):
     ends = []
     eng.add_flow([0], 2e9, on_done=lambda f, t: ends.append(t))
     eng.add_flow([1], 1e9, on_done=lambda f, t: ends.append(t))
-    assert type(eng.next_event_time()) is float
+    eng.advance(0.0)      # both flows active: the next event is the kernels' heap top
+    assert eng.next_event_time() == 1.0 and type(eng.next_event_time()) is float
     eng.run()
     assert ends == [1.0, 2.0] and all(type(t) is float for t in ends)

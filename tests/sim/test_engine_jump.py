@@ -29,7 +29,12 @@ JOBS = {
 def test_jump_exact(name, monkeypatch):
     jumps = []
     orig = engine.Engine._jump
-    monkeypatch.setattr(engine.Engine, "_jump", lambda self, t: (jumps.append(t), orig(self, t))[1])
+    def spy(self, t):
+        moved = orig(self, t)
+        jumps.append(moved)
+        return moved
+
+    monkeypatch.setattr(engine.Engine, "_jump", spy)
     fast, t_fast = _report(JOBS[name])
     assert any(jumps), "no step moved the clock itself"
     monkeypatch.setattr(engine.Engine, "_jump", lambda self, t: False)

@@ -205,8 +205,6 @@ def test_process_owner_ends_an_analytical_run_itself_unless_mpi4py_is_loaded(tmp
     """main() without argv ends an analytical `run` with cli._exit_now, but not once mpi4py is imported
     (MPI is finalised at the interpreter's own exit, which os._exit would skip: `serve-search` under
     mpiexec then ends as an abnormal termination)."""
-    import gc
-
     class Ended(Exception):
         pass
 

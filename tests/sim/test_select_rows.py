@@ -87,4 +87,5 @@ def test_select_rows_on_a_contention_backend_is_the_list_rule():
     eng, _t = _engine(network="flow")
     assert not eng.contention_free
     g = np.array([[0, 1], [8, 9]], dtype=np.int64)
-    assert eng._select_rows(g, 9) == eng._select([(0, 1), (8, 9)], 9)
+    # both groups inside one 8-GPU NVLink domain: rule (1), the representative's group
+    assert eng._select_rows(g, 9) == [(8, 9)]

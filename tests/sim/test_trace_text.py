@@ -40,8 +40,8 @@ def test_slice_texts_are_json_dumps_with_events_inserted_and_times_beyond_the_in
     code, tails = _codes(args)
     ts = np.array([0, 1500, 10**15 + 7, 999], dtype=np.int64)
     dur = np.array([1, 0, 2500, 999_999], dtype=np.int64)     # ts: the repr path, dur: the integer path
-    pieces = tt.slice_texts(keys, code, tails, heads, ts, dur,
-                            before={1: '{"B":1}'}, after={3: '{"A":2},{"A":3}'})
+    pieces = list(tt.iter_slice_texts(keys, code, tails, heads, ts, dur,
+                                      before={1: '{"B":1}'}, after={3: '{"A":2},{"A":3}'}))
     want = []
     for i, (pid, tid, name, cat) in enumerate([(3, 1, 'a"b', "comm"), (4, 0, "k\u00e9", "fwd")] * 2):
         x = {"ph": "X", "pid": pid, "tid": tid, "name": name, "cat": cat, "ts": int(ts[i]) / 1000,
@@ -51,7 +51,7 @@ def test_slice_texts_are_json_dumps_with_events_inserted_and_times_beyond_the_in
         want.append(_dumps(x))
     want = [want[0], '{"B":1}', want[1], want[2], want[3], '{"A":2},{"A":3}']
     assert b",".join(pieces).decode() == ",".join(want)
-    assert tt.slice_texts([], np.zeros(0, dtype=np.int64), {}, {}, ts[:0], dur[:0]) == []
+    assert list(tt.iter_slice_texts([], np.zeros(0, dtype=np.int64), {}, {}, ts[:0], dur[:0])) == []
 
 
 @pytest.mark.parametrize("dur", [
@@ -68,7 +68,7 @@ def test_slice_ends_made_once_per_duration_and_args_are_the_slices_texts(dur):
     code, tails = _codes(args)
     ts = np.arange(8, dtype=np.int64) * 1000
     dur = np.array(dur, dtype=np.int64)
-    pieces = tt.slice_texts([0] * 8, code, tails, heads, ts, dur)
+    pieces = list(tt.iter_slice_texts([0] * 8, code, tails, heads, ts, dur))
     want = []
     for i in range(8):
         x = {"ph": "X", "pid": 0, "tid": 0, "name": "k", "cat": "fwd", "ts": int(ts[i]) / 1000,
@@ -84,7 +84,7 @@ def test_slices_in_pieces_join_to_the_same_trace(rep, monkeypatch):
     whole = trace_json(rep)
     n = len(rep.trace)
     monkeypatch.setattr(tt, "CHUNK_SLICES", 7)     # many piece boundaries, around sends and receives too
-    pieces = tt.slice_texts(*_slice_inputs(rep))
+    pieces = list(tt.iter_slice_texts(*_slice_inputs(rep)))
     assert len(pieces) == -(-n // 7) and n > 100
     assert trace_json(rep) == whole
     json.loads(whole)
