@@ -103,14 +103,9 @@ def test_a_blocking_records_row_is_its_ops_columns_with_its_times():
 
 
 def test_rank_stage_is_each_ranks_stage(fast_run):
-    from sim.simulation import _rank_stages
     rep = fast_run[0]
     pl = rep.placement
     want = [pl.stage_of(r) for r in range(pl.world_size)]
     assert rep.rank_stage == want and all(type(s) is int for s in rep.rank_stage)
     assert sorted(set(want)) == list(range(pl.pp))
-
-    class NoArray:          # a placement without the per-rank array: asked rank by rank
-        def stage_of(self, r):
-            return r // 3
-    assert _rank_stages(NoArray(), 7) == [0, 0, 0, 1, 1, 1, 2]
+    assert pl.stage_of_ranks() == want
