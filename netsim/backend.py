@@ -28,6 +28,7 @@ from netsim.resolve import (
     compact_flows,
     finish,
     resolve,
+    route_spec,
     route_specs,
     route_specs_many,
 )
@@ -692,6 +693,8 @@ class Planner:
         relabelled (what _build_specs gives), without building the group's specs."""
         if not ana.closed_form_applies(alg, op) or not hasattr(self.view, "hop_keys"):
             return None
+        if alg == "nvls":
+            return self._nvls_signature(op, shape)
         if (op, alg) in _RELABELLED:
             sizes = tuple(len(s) for s in shape.servers)
             tk = (op, alg, sizes)
@@ -718,6 +721,20 @@ class Planner:
             return None
         hk = self.view.hop_keys(src, dst)
         return None if hk is None else (fields, hk.tobytes())
+
+    def _nvls_signature(self, op: str, shape: GroupShape) -> tuple | None:
+        """_quick_signature of an NVLS collective: the fields of its one spec that finish reads and its
+        route's two terms (switch propagation s, GPU-to-switch line rate: resolve._route_hops' minimum
+        and maximum over the group's ports), the only values of the route an NVLS flow reads; None
+        unless the spec is one NVLS spec of NVSwitch ports."""
+        specs = build_specs(shape, op, "nvls", 1.0)
+        if len(specs) != 1 or not specs[0].nvls or not all(h[0] in ("up", "down") for h in specs[0].hops):
+            return None
+        s = specs[0]
+        r = route_spec(self.view, s, 0)
+        fields = ("nvls", len(s.hops), s.nbytes, s.steps, tuple(s.weights or ()), tuple(s.deps), tuple(s.after),
+                  s.ring, s.lat_stages, s.share, s.fill)
+        return fields, (r.switch_prop_s, r.line_up_Bps)
 
     @staticmethod
     def _quick_fields(specs: list) -> tuple:
@@ -766,12 +783,14 @@ class Planner:
         specs for the (op, algorithm) of _RELABELLED: finish reads no GPU of a spec) and per hop
         the class and propagation of its hop_keys row (`sig`: _quick_signature)."""
         from netsim.resolve import RoutedSpec
+        none_i, none_f = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+        if alg == "nvls":       # finish reads of an NVLS route its two terms (_nvls_signature)
+            return [RoutedSpec(s, none_i, none_f, (), (), *sig[1]) for s in build_specs(shape, op, alg, 1.0)]
         if (op, alg) in _RELABELLED:
             specs = self._template(shape, op, alg)[0]
         else:
             specs = self._build_specs(shape, op, alg)
         classes, props = self.view.hop_key_routes(np.frombuffer(sig[1], dtype=np.float64).reshape(-1, 6))
-        none_i, none_f = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
         out, o = [], 0
         for s in specs:
             n = len(s.hops)

@@ -148,3 +148,41 @@ def test_hop_key_routes_equal_the_routed_class_and_propagation(name, kw):
             routed = route_specs(view, specs)
             assert classes == [c for r in routed for c in r.hop_class]
             assert props == [p for r in routed for p in r.hop_prop_s]      # bit-equal sums
+
+
+@pytest.mark.parametrize("name,kw", [CASES[0], CASES[3]], ids=["spectrum-x", "dcn+"])
+def test_nvls_groups_get_quick_keys_with_the_plain_values(name, kw):
+    # groups inside one NVLink domain have NVLS as a candidate: their quick keys hold the NVLS route's
+    # two terms, and translated groups are answered from the first one's entry without routing
+    t = build(name, **kw)
+    quick, plain = Planner(t), Planner(t)
+    plain.quick_key = lambda req: None
+    groups = [(0, 1), (2, 3), (4, 5), (0, 1, 2, 3), (4, 5, 6, 7)]
+    for op in ("all_reduce", "all_gather", "reduce_scatter"):
+        for gpus in groups:
+            for size in (4096, 3 << 20, 1 << 30):
+                req = CollectiveRequest(op, gpus, size)
+                k = quick.quick_key(req)
+                assert k is not None and "nvls" in k[10], (op, gpus)
+                assert quick.analytical_s(req) == plain.analytical_s(req), (op, gpus, size)
+    # 3 ops x 2 group sizes x 3 sizes distinct answers; the translated groups added none
+    assert len(quick._quick) == 18
+    assert not quick._plans
+
+
+def test_nvls_quick_key_holds_the_switch_line_rate():
+    # a GPU whose NVSwitch ports are slower gets another key and the plain planner's (slower) answer:
+    # a key without the line rate would answer its group from the translated group's entry
+    t = build("spectrum-x", gpus=256)
+    view = TopoView(t)
+    up, _down = view.switch_channels(9)
+    view.line_Bps = view.line_Bps.copy()
+    view.line_Bps[up[0]] *= 0.5
+    quick, plain = Planner(t, view=view), Planner(t, view=view)
+    plain.quick_key = lambda req: None
+    a = CollectiveRequest("all_reduce", (0, 1, 2, 3), 1 << 30)
+    b = CollectiveRequest("all_reduce", (8, 9, 10, 11), 1 << 30)
+    assert quick.analytical_s(a)[1] == "nvls"
+    assert quick.quick_key(a) != quick.quick_key(b)
+    assert quick.analytical_s(b) == plain.analytical_s(b)
+    assert quick.analytical_s(a)[0] < quick.analytical_s(b)[0]
