@@ -13,6 +13,7 @@ window in packets; that needs a per-path window and is not modelled.
 from __future__ import annotations
 
 import math
+from array import array
 from collections import defaultdict
 
 import numpy as np
@@ -58,22 +59,39 @@ def _paired_reverse(src: np.ndarray, dst: np.ndarray) -> np.ndarray | None:
     n = len(src)
     if n == 0 or n % 2 or not (np.array_equal(src[0::2], dst[1::2]) and np.array_equal(dst[0::2], src[1::2])):
         return None
-    key = np.sort(src * (int(max(src.max(), dst.max())) + 1) + dst)
-    if bool(np.any(key[1:] == key[:-1])):     # parallel links: the dictionary pairing picks the last twin
+    # parallel links (the dictionary pairing picks the last twin): two cables joining the same two nodes, or
+    # a cable from a node to itself (its two links are parallel)
+    a, b = src[0::2], dst[0::2]
+    if bool(np.any(a == b)):
+        return None
+    key = np.sort(np.minimum(a, b) * (int(max(src.max(), dst.max())) + 1) + np.maximum(a, b))
+    if bool(np.any(key[1:] == key[:-1])):
         return None
     return np.arange(n, dtype=np.int64) ^ 1
 
 
 def _efficiencies(kinds: list, bw: np.ndarray, gpu_type: str, override: dict,
-                  kind_codes: tuple | None = None) -> tuple[np.ndarray, dict, np.ndarray]:
+                  kind_codes: tuple | None = None, groups: tuple | None = None) -> tuple[np.ndarray, dict, np.ndarray]:
     """cal.link_efficiency (or the calibration's override) of every channel, evaluated once per
     distinct (kind, line rate); with the distinct kinds ({kind: code}, first-seen order) and the
-    code of every channel (`kind_codes`: those two already known, topo.model.link_kind_codes)."""
+    code of every channel (`kind_codes`: those two already known, topo.model.link_kind_codes).
+    groups: None or (group of every channel, number of groups) with kind and line rate alike within a
+    group (topo.model.LinkArrays.groups): then evaluated once per group, read at any of its channels."""
     if kind_codes is None:
         names = {k: i for i, k in enumerate(dict.fromkeys(kinds))}     # distinct kinds, first-seen order
         codes = np.fromiter(map(names.__getitem__, kinds), dtype=np.int64, count=len(kinds))
     else:
         names, codes = kind_codes
+    if groups is not None:
+        group, n_groups = groups
+        rep = np.full(n_groups, -1, dtype=np.int64)
+        rep[group] = np.arange(len(group), dtype=np.int64)      # a channel of each group (alike: any)
+        eff = np.zeros(n_groups)
+        for g, c in enumerate(rep.tolist()):
+            if c >= 0:
+                k = kinds[c]
+                eff[g] = override.get(k) or cal.link_efficiency(k, float(bw[c]), gpu_type)
+        return eff[group], names, codes
     out = np.empty(len(kinds))
     for k, c in names.items():
         mask = codes == c
@@ -89,11 +107,12 @@ class _Adjacency:
     a flow run thousands). The CSR is sorted on first use; a node's row is sliced from its arrays until
     _LIST_AFTER nodes were asked for, then from Python lists of all channels (cheaper per node)."""
 
-    __slots__ = ("_src", "_dst_all", "_ptr", "_ch", "_dst", "_lists", "_rows")
+    __slots__ = ("_src", "_dst_all", "_order", "_ptr", "_ch", "_dst", "_lists", "_rows")
     _LIST_AFTER = 256
 
-    def __init__(self, ch_src: np.ndarray, ch_dst: np.ndarray) -> None:
+    def __init__(self, ch_src: np.ndarray, ch_dst: np.ndarray, order: np.ndarray | None = None) -> None:
         self._src, self._dst_all = ch_src, ch_dst
+        self._order = order       # channels sorted by source (stable), when known (topo.model.link_order)
         self._ptr: list[int] | None = None
         self._ch = self._dst = None
         self._lists: tuple[list[int], list[int]] | None = None
@@ -101,7 +120,7 @@ class _Adjacency:
 
     def _index(self) -> list[int]:
         src, dst = self._src, self._dst_all
-        order = np.argsort(src, kind="stable")
+        order = self._order if self._order is not None else np.argsort(src, kind="stable")
         n_nodes = int(max(src.max(), dst.max())) + 1 if len(src) else 0
         self._ptr = np.searchsorted(src[order], np.arange(n_nodes + 1)).tolist()
         self._ch, self._dst = order, dst[order]
@@ -165,15 +184,24 @@ class TopoView:
         # channels = links (directed): the topology's per-link kind codes are the channels'
         from topo.model import link_kind_codes
         eff, self._kind_names, self._kind_ids = _efficiencies(
-            self.ch_kind, ch_bw, self.gpu_type, override, link_kind_codes(topology) if self.directed else None)
+            self.ch_kind, ch_bw, self.gpu_type, override, link_kind_codes(topology) if self.directed else None,
+            la.groups if self.directed else None)
         self.line_Bps = ch_bw
         self.capacity_Bps = ch_bw * eff * ch_health
         self.latency_s = ch_lat
-        self.node_kind = {n.id: str(n.kind) for n in topology.nodes}
-        self._tier = {n.id: str(n.tier) for n in topology.nodes}
-        # per node: 1 = network switch (is_network_switch), 2 = NIC or PCIe switch (exits walks through), else 0
-        self._exit_role = {i: 1 if k == "switch" and self._tier[i] != "pcie" else
-                           2 if k == "nic" or self._tier[i] == "pcie" else 0 for i, k in self.node_kind.items()}
+        from topo.model import link_order, node_arrays_of
+        self._node_arrays = na = node_arrays_of(topology)
+        # per node id (and any id a channel names): 1 = network switch (is_network_switch), 2 = NIC or PCIe
+        # switch (exits walks through), else 0; array.array forms for reads with Python ints (made by a copy
+        # of the bytes, where tolist makes an object per entry)
+        n_ids = max(len(na), int(max(src.max(), dst.max())) + 1 if nl else 0)
+        role = np.zeros(n_ids, dtype=np.int64)
+        role[:len(na)] = np.where(na.network_switches(), 1, np.where(na.kind_is("nic") | na.tier_is("pcie"), 2, 0))
+        self._role_arr = role
+        self._role_list = array("q", role.tobytes())
+        nvsw = np.zeros(n_ids, dtype=bool)
+        nvsw[:len(na)] = na.kind_is("nvswitch")
+        self._nvsw_list = array("b", nvsw.astype(np.int8).tobytes())
         self.pxn_default = bool(pxn)   # make_backend(..., pxn=True): every route uses PXN
         if routing not in ROUTINGS:
             raise NetsimError(f"routing must be one of {', '.join(ROUTINGS)}, got {routing!r}")
@@ -184,11 +212,16 @@ class TopoView:
             self._routers[True] = topo.Router(topology, pxn=True, rail_aligned=self._rail_aligned)
         self._topo_mod = topo
         self._path_cache: dict[tuple[int, int, int, bool], tuple[int, ...]] = {}
-        self._adj = _Adjacency(self.ch_src, self.ch_dst)   # node -> [(out channel, peer)], built per node on use
+        # node -> [(out channel, peer)], built per node on use (channels = links: the topology's link order)
+        self._adj = _Adjacency(self.ch_src, self.ch_dst,
+                               link_order(topology) if self.directed and isinstance(topology, topo.Topology) else None)
         self._server = (topology.server_ids() if hasattr(topology, "server_ids")
                         else [int(topology.server_of(g)) for g in range(self.num_gpus)])
-        self._domain = ([int(d) for d in topology.nvlink_domains()] if hasattr(topology, "nvlink_domains")
-                        else [int(topology.nvlink_domain_of(g)) for g in range(self.num_gpus)])
+        if isinstance(topology, topo.Topology):
+            self._domain = list(topology.nvlink_domains())      # (Python ints already)
+        else:
+            self._domain = ([int(d) for d in topology.nvlink_domains()] if hasattr(topology, "nvlink_domains")
+                            else [int(topology.nvlink_domain_of(g)) for g in range(self.num_gpus)])
         # unit: the GPUs that reach each other without the scale-out network (NVLink domain; the
         # server when GPUs talk over PCIe only)
         dom_size = int(getattr(topology, "nvlink_domain_size", 1) or 1)
@@ -203,14 +236,13 @@ class TopoView:
         self._nv_out: dict[int, float] = {}
         self._hop_key_free: dict[tuple, tuple] = {}
         self._routed_specs: dict[tuple, object] = {}    # netsim.resolve.route_spec results by spec content
-        self._lat_list = self.latency_s.tolist()
+        self._lat_list = array("d", np.ascontiguousarray(self.latency_s, dtype=np.float64).tobytes())   # as floats
         self._one_switch = None     # one_switch_hops tables, built on first use
         self._single_exit = None    # net_hops: per GPU, one channel into the network and no NIC
         self._unit_np = None        # _unit as an array, on first use
         self._domain_np = None      # _domain as an array, on first use (pair_facts_many)
         self._kind_code = None      # _kind_codes, on first use
         self._inner_uniform: bool | None = None     # hop_keys: switch-to-switch links all alike
-        self._role_arr = None       # _roles, on first use
         self._gpu_ports = None      # _per_gpu_ports, on first use
 
     # ------------------------------------------------------------ structure
@@ -224,7 +256,7 @@ class TopoView:
         return self._unit[gpu]
 
     def is_network_switch(self, node: int) -> bool:
-        return self.node_kind.get(node) == "switch" and self._tier.get(node) != "pcie"
+        return 0 <= node < len(self._role_list) and self._role_list[node] == 1
 
     def host_prefix(self, gpu: int) -> tuple[int, ...]:
         """Channels from the GPU to its first network switch on the route to a GPU of another unit
@@ -254,7 +286,7 @@ class TopoView:
         """Channels GPU -> NVSwitch and NVSwitch -> GPU (NVLS traffic)."""
         up, down = [], []
         for ch, peer in self._adj[gpu]:
-            if self.node_kind.get(peer) == "nvswitch":
+            if self._nvsw_list[peer]:
                 up.append(ch)
                 down.append(int(self._rev[ch]))
         return up, down
@@ -320,12 +352,12 @@ class TopoView:
         first = 0.0
         seen = {gpu}
         frontier = [gpu]
-        role = self._exit_role
+        role = self._role_list
         while frontier:
             nxt = []
             for node in frontier:
                 for ch, peer in self._adj[node]:
-                    r = role.get(peer, 0)
+                    r = role[peer]
                     if r == 1:
                         out.append(ch)
                         if node == gpu:
@@ -390,7 +422,8 @@ class TopoView:
             return got
         ups = self._nvsw_up.get(src)
         if ups is None:
-            ups = self._nvsw_up[src] = [(ch, sw) for ch, sw in self._adj[src] if self.node_kind.get(sw) == "nvswitch"]
+            nvsw = self._nvsw_list
+            ups = self._nvsw_up[src] = [(ch, sw) for ch, sw in self._adj[src] if nvsw[sw]]
         pairs = []
         for ch, sw in ups:
             down = self._nvsw_down.get(sw)
@@ -612,16 +645,8 @@ class TopoView:
         return got
 
     def _roles(self) -> np.ndarray:
-        """_exit_role as an array by node id."""
-        got = self._role_arr
-        if got is None:
-            got = np.zeros(max(max(self._exit_role, default=0), int(self.ch_dst.max(initial=0))) + 1,
-                           dtype=np.int64)
-            n = len(self._exit_role)
-            got[np.fromiter(self._exit_role, dtype=np.int64, count=n)] = np.fromiter(
-                self._exit_role.values(), dtype=np.int64, count=n)
-            self._role_arr = got
-        return got
+        """Exit roles (1 network switch, 2 NIC / PCIe switch, 0 other) as an array by node id."""
+        return self._role_arr
 
     def _one_port(self) -> np.ndarray:
         """Per GPU: exits() is one channel into a network switch (no NIC / PCIe switch to cross)."""
@@ -654,12 +679,9 @@ class TopoView:
 
     def _one_switch_tables(self):
         G = self.num_gpus
-        n_nodes = max(self.node_kind) + 1 if self.node_kind else 0
-        hostsw = np.zeros(max(n_nodes, int(self.ch_dst.max()) + 1 if len(self.ch_dst) else 0), dtype=bool)
-        # topo.Router's host switches: NVSwitch chips, PCIe switches
-        tier = self._tier
-        hostsw[np.array([i for i, k in self.node_kind.items() if k == "nvswitch" or tier[i] == "pcie"],
-                        dtype=np.int64)] = True
+        na = self._node_arrays
+        hostsw = np.zeros(max(len(na), int(self.ch_dst.max()) + 1 if len(self.ch_dst) else 0), dtype=bool)
+        hostsw[:len(na)] = na.host_switches()      # topo.Router's host switches: NVSwitch chips, PCIe switches
         src, dst = self.ch_src, self.ch_dst
         lids = np.flatnonzero((src < G) & hostsw[dst])
         count = np.bincount(src[lids], minlength=G)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from topo.errors import TopoError
 from topo.limits import ALLOW_HUGE_ENV, MAX_CABLES, MAX_NODES, over_limit
-from topo.model import LazyLinks, LinkArrays, Topology, link_maker, node_maker
+from topo.model import LazyLinks, LazyNodes, LinkArrays, NodeArrays, Topology, link_maker, node_maker
 
 
 @dataclass(frozen=True)
@@ -71,31 +71,47 @@ class FabricSpec:
 class _Builder:
     """Nodes and cables in build order. A cable is kept as its two end nodes and a link class (rate,
     delay, kind, error rate); topology() turns them into the per-link columns (Topology.link_arrays)
-    with numpy and leaves the Link objects to be made on first use (topo.model.LazyLinks), since a
-    simulation reads only the columns."""
+    with numpy and leaves the Node and Link objects to be made on first use (topo.model.LazyNodes,
+    LazyLinks), since a simulation reads only the columns."""
 
     def __init__(self) -> None:
-        self.nodes: list = []
-        # cables: a first block as numpy arrays (gpu_block), then lists appended to; ends holds a, b of
-        # every cable in order (link 2k = a -> b, 2k+1 = b -> a), cls per cable an index into classes
-        self.head: tuple | None = None
+        self.n_nodes = 0
+        self.blocks: list[tuple[int, str, str]] = []     # nodes in id order: runs of (count, kind, tier)
+        # cables in order: `parts` holds blocks of them as arrays (ends: a, b of each cable, flat; link
+        # 2k = a -> b, 2k+1 = b -> a; cls: per cable an index into classes); `ends` / `cls` are the lists
+        # appended to after the last block
+        self.parts: list[tuple] = []
         self.ends: list[int] = []
         self.cls: list[int] = []
         self.classes: list[tuple[Rate, Rate, str, float]] = []
         self._class_ids: dict[tuple, int] = {}
-        self._make_node = node_maker()
 
     def add(self, count: int, kind: str, tier: str) -> int:
-        base = len(self.nodes)
-        mk = self._make_node
-        self.nodes.extend([mk(i, kind, tier) for i in range(base, base + count)])
+        """`count` nodes of one kind and tier; returns the first one's id."""
+        base = self.n_nodes
+        if count > 0:
+            self.blocks.append((count, kind, tier))
+            self.n_nodes += count
         return base
 
-    def gpu_block(self, ends, cls) -> None:
-        """The first cables, as arrays: ends (a, b of each cable, flat) and their link classes."""
-        if self.head is not None or self.ends:
-            raise AssertionError("topo.fabric._Builder.gpu_block: must be the first cables")
-        self.head = (ends, cls)
+    def node_columns(self) -> tuple[NodeArrays, object]:
+        """(NodeArrays of the nodes, a function making their Node tuple)."""
+        import numpy as np
+        blocks = self.blocks
+        kinds = {k: i for i, k in enumerate(dict.fromkeys(b[1] for b in blocks))}
+        tiers = {k: i for i, k in enumerate(dict.fromkeys(b[2] for b in blocks))}
+        counts = np.array([b[0] for b in blocks], dtype=np.int64)
+        arrays = NodeArrays(tuple(kinds), np.repeat(np.array([kinds[b[1]] for b in blocks], dtype=np.int64), counts),
+                            tuple(tiers), np.repeat(np.array([tiers[b[2]] for b in blocks], dtype=np.int64), counts))
+
+        def make_nodes():
+            mk = node_maker()
+            out, base = [], 0
+            for count, kind, tier in blocks:
+                out += [mk(i, kind, tier) for i in range(base, base + count)]
+                base += count
+            return out
+        return arrays, make_nodes
 
     def link_class(self, rate: Rate, delay: Rate, kind: str, er: float) -> int:
         # by identity: a spec holds a few Rate objects, used by thousands of cables
@@ -110,20 +126,22 @@ class _Builder:
         self.ends += (a, b)
         self.cls.append(self.link_class(rate, delay, kind, er))
 
-    def cables(self, pairs, cls: int) -> None:
-        """Cables (a, b) in order, all of link class `cls`."""
-        n = len(self.ends)
-        for a, b in pairs:
-            self.ends += (a, b)
-        self.cls += [cls] * ((len(self.ends) - n) // 2)
+    def block(self, ends, cls) -> None:
+        """Cables as arrays, after those so far: ends (a, b of each cable, flat) and their link classes (one
+        class for all, or one per cable)."""
+        import numpy as np
+        ends = np.asarray(ends, dtype=np.int64).reshape(-1)
+        cls = np.broadcast_to(np.asarray(cls, dtype=np.int64), (len(ends) // 2,))
+        if self.ends:
+            self.parts.append((np.array(self.ends, dtype=np.int64), np.array(self.cls, dtype=np.int64)))
+            self.ends, self.cls = [], []
+        self.parts.append((ends, cls))
 
     def topology(self, G: int, gps: int, gpu_type: str, dom: int, name: str, notes: list[str]) -> Topology:
         import numpy as np
-        src = np.array(self.ends, dtype=np.int64)                  # link 2k: a -> b, 2k+1: b -> a
-        cable_cls = np.array(self.cls, dtype=np.int64)
-        if self.head is not None:
-            src = np.concatenate((np.asarray(self.head[0], dtype=np.int64), src))
-            cable_cls = np.concatenate((np.asarray(self.head[1], dtype=np.int64), cable_cls))
+        parts = self.parts + [(np.array(self.ends, dtype=np.int64), np.array(self.cls, dtype=np.int64))]
+        src = np.concatenate([p[0] for p in parts])                   # link 2k: a -> b, 2k+1: b -> a
+        cable_cls = np.concatenate([p[1] for p in parts])
         n = len(src)
         dst = src.reshape(-1, 2)[:, ::-1].reshape(-1) if n else src.copy()
         link_cls = np.repeat(cable_cls, 2)
@@ -138,21 +156,25 @@ class _Builder:
         def column(values: list[float]):
             return np.array(values, dtype=np.float64)[link_cls] if classes else np.zeros(0)
 
-        cls_list = link_cls.tolist()
-
         def make_links():
             mk = link_maker()
             return [mk(i, s, d, bw[c], lat[c], kinds[c], ers[c], rtext[c], dtext[c])
-                    for i, (s, d, c) in enumerate(zip(src.tolist(), dst.tolist(), cls_list))]
+                    for i, (s, d, c) in enumerate(zip(src.tolist(), dst.tolist(), link_cls.tolist()))]
 
         # kind codes (topo.model.link_kind_codes) from the classes: kinds numbered in first-seen order
-        names = {k: i for i, k in enumerate(dict.fromkeys(kinds[c] for c in dict.fromkeys(cls_list)))}
+        # over the cables (the classes ordered by their first cable)
+        used = [c for c in range(len(classes)) if (cable_cls == c).any()]
+        first = {c: int(np.argmax(cable_cls == c)) for c in used}
+        names = {k: i for i, k in enumerate(dict.fromkeys(kinds[c] for c in sorted(used, key=first.__getitem__)))}
         by_class = np.array([names.get(k, -1) for k in kinds] or [0], dtype=np.int64)
-        # the columns topo.model._link_arrays would read from the links (health: capacity_factor 1)
-        arrays = LinkArrays(src, dst, column(bw), column(lat), 1.0 * (1.0 - column(ers)),
-                            list(map(kinds.__getitem__, cls_list)), (names, by_class[link_cls]))
-        return Topology(G, gps, gpu_type, dom, tuple(self.nodes), LazyLinks(n, make_links, arrays), name=name,
-                        notes=tuple(notes))
+        kind_col = np.array(kinds or [""], dtype=object)[link_cls].tolist()
+        # the columns topo.model._link_arrays would read from the links (health: capacity_factor 1); links
+        # of one class share every column (groups)
+        arrays = LinkArrays(src, dst, column(bw), column(lat), 1.0 * (1.0 - column(ers)), kind_col,
+                            (names, by_class[link_cls]), (link_cls, len(classes)))
+        node_arrays, make_nodes = self.node_columns()
+        return Topology(G, gps, gpu_type, dom, LazyNodes(self.n_nodes, make_nodes, node_arrays),
+                        LazyLinks(n, make_links, arrays), name=name, notes=tuple(notes))
 
 
 def _need(cond: bool, msg: str) -> None:
@@ -160,20 +182,20 @@ def _need(cond: bool, msg: str) -> None:
         raise TopoError(msg)
 
 
-def build_fabric(spec: FabricSpec, name: str = "") -> Topology:
-    """The topology of `spec` (module docstring: numbering and cable order)."""
+def build_fabric(spec: FabricSpec, name: str = "", notes: tuple[str, ...] = ()) -> Topology:
+    """The topology of `spec` (module docstring: numbering and cable order); `notes` follow the builder's."""
     # 10^5 Node / Link objects and no reference cycles: the cyclic collector would re-scan every
     # object built so far several times (~20% of a 9,216-GPU build); reference counting frees the rest
     was = gc.isenabled()
     gc.disable()
     try:
-        return _build_fabric(spec, name)
+        return _build_fabric(spec, name, notes)
     finally:
         if was:
             gc.enable()
 
 
-def _build_fabric(spec: FabricSpec, name: str) -> Topology:
+def _build_fabric(spec: FabricSpec, name: str, extra_notes: tuple[str, ...] = ()) -> Topology:
     G, gps = spec.gpus, spec.gpus_per_server
     _need(G > 0, f"{_flag(spec, 'gpus')}: GPU count must be > 0, got {G}")
     _need(gps > 0, f"{_flag(spec, 'gpus_per_server')}: GPUs per server must be > 0, got {gps}")
@@ -252,8 +274,8 @@ def _build_fabric(spec: FabricSpec, name: str) -> Topology:
 
     # ---- network ----
     ep_tor = np.zeros((0, 1), dtype=np.int64)      # per endpoint (row) its ToRs
-    asw_psw: list[tuple[int, int]] = []
-    psw_core: list[tuple[int, int, Rate]] = []
+    asw_psw = np.zeros((0, 2), dtype=np.int64)
+    psw_core: list[tuple[np.ndarray, Rate]] = []
     if spec.network and spec.fat_tree_k:
         ep_tor, asw_psw, psw_core = _fat_tree(spec, b, n_ep)
     elif spec.network:
@@ -267,7 +289,7 @@ def _build_fabric(spec: FabricSpec, name: str) -> Topology:
         peers = np.concatenate((host_sw, tors), axis=1)
         per = peers.shape[1]
         ends = np.stack((np.repeat(np.arange(G, dtype=np.int64), per), peers.reshape(-1)), axis=1).reshape(-1)
-        b.gpu_block(ends, np.tile(np.array(host_cls + [net_cls] * tors.shape[1], dtype=np.int64), G))
+        b.block(ends, np.tile(np.array(host_cls + [net_cls] * tors.shape[1], dtype=np.int64), G))
     else:
         ends, cls = b.ends, b.cls        # one cable per GPU link: appended here without a call each
         for g in range(G):
@@ -292,11 +314,30 @@ def _build_fabric(spec: FabricSpec, name: str) -> Topology:
                 b.cable(nic, pcie_base + s * p + j // (rails // p), spec.pcie, spec.pcie_latency, "pcie", er)
             for tor in ep_tor[e].tolist():
                 b.cable(nic, tor, spec.nic, spec.latency, "network", er)
-    if asw_psw:
-        b.cables(asw_psw, b.link_class(spec.asw_psw, spec.latency, "network", er))
-    for p_, c, rate in psw_core:
-        b.cable(p_, c, rate, spec.latency, "network", er)
-    return b.topology(G, gps, spec.gpu_type, dom, name, notes)
+    if len(asw_psw):
+        b.block(asw_psw, b.link_class(spec.asw_psw, spec.latency, "network", er))
+    for pairs, rate in psw_core:
+        b.block(pairs, b.link_class(rate, spec.latency, "network", er))
+    t = b.topology(G, gps, spec.gpu_type, dom, name, notes + list(extra_notes))
+    _known_components(t, spec, dom)
+    return t
+
+
+def _known_components(t: Topology, spec: FabricSpec, dom: int) -> None:
+    """Fill the caches of two per-GPU tables the wiring above fixes, which Topology.nvlink_domains and
+    topo.Router would otherwise find by label propagation over the links: "domain" (NVLink components
+    numbered by first GPU: the GPUs of a domain share its NVSwitch chips; a GPU without NVSwitch links,
+    as on a PCIe server, is alone) and "host_components" (per GPU the lowest node id joined to it through
+    NVSwitch / PCIe switches: its domain's or server's first GPU; -1 without such switches)."""
+    import numpy as np
+    g = np.arange(t.num_gpus, dtype=np.int64)
+    nvswitch = spec.host == "chips" or (spec.host == "simai" and spec.nvswitch_count > 0)
+    t._cache["domain"] = (g // dom if nvswitch else g).tolist()
+    if nvswitch or spec.host == "pcie":
+        unit = dom if nvswitch else spec.gpus_per_server
+        t._cache["host_components"] = (g // unit * unit).tolist()
+    else:
+        t._cache["host_components"] = [-1] * t.num_gpus
 
 
 def _flag(spec: FabricSpec, field: str) -> str:
@@ -368,18 +409,19 @@ def _clos(spec: FabricSpec, b: _Builder, n_ep: int, rails: int, notes: list[str]
         ep_parts.append(asw_base[p] + np.arange(banks, dtype=np.int64) * bank_size + idx[:, None])
         seg_start += pod_segs[p]
     ep_tor = np.concatenate(ep_parts)
-    asw_psw: list[tuple[int, int]] = []
+    # ASW-PSW cables ASW-major: each ASW to every PSW of its plane (all of its pod's with one plane)
+    blocks = []
     half = psn // planes
+    fan = half if planes == 2 else psn
     for p in range(pods):
         bank_size = pod_segs[p] * asw_per_seg
         for bank in range(banks):
-            for a in range(bank_size):
-                asw = asw_base[p] + bank * bank_size + a
-                plane = bank if planes == 2 else 0
-                lo = psw_base[p] + plane * half
-                for q in range(lo, lo + (half if planes == 2 else psn)):
-                    asw_psw.append((asw, q))
-    psw_core: list[tuple[int, int, Rate]] = []
+            asw = asw_base[p] + bank * bank_size + np.arange(bank_size, dtype=np.int64)
+            lo = psw_base[p] + (bank if planes == 2 else 0) * half
+            blocks.append(np.stack((np.repeat(asw, fan), np.tile(np.arange(lo, lo + fan, dtype=np.int64), bank_size)),
+                                   axis=1))
+    asw_psw = np.concatenate(blocks)
+    psw_core: list[tuple[np.ndarray, Rate]] = []
     if pods > 1 or spec.core:
         ratio = spec.core_oversubscription
         _need(ratio > 0, f"core_oversubscription: must be > 0, got {ratio}")
@@ -388,12 +430,12 @@ def _clos(spec: FabricSpec, b: _Builder, n_ep: int, rails: int, notes: list[str]
         up_ports = math.ceil(max(down) / ratio)
         per_group = max(1, math.ceil(pods * up_ports / spec.core_radix))
         core_base = b.add(psn * per_group, "switch", "csw")
+        # PSW j of every pod to core switches j x per_group .. + per_group - 1 (PSW-major)
+        psw = np.repeat(np.arange(psn, dtype=np.int64), per_group)
+        core = core_base + np.arange(psn * per_group, dtype=np.int64)
         for p in range(pods):
             up_bw = down[p] * spec.asw_psw.value / ratio / per_group
-            rate = Rate(up_bw, _fmt_rate(up_bw))
-            for j in range(psn):
-                for c in range(per_group):
-                    psw_core.append((psw_base[p] + j, core_base + j * per_group + c, rate))
+            psw_core.append((np.stack((psw_base[p] + psw, core), axis=1), Rate(up_bw, _fmt_rate(up_bw))))
     return ep_tor, asw_psw, psw_core
 
 
@@ -411,7 +453,8 @@ def _fat_tree(spec: FabricSpec, b: _Builder, n_ep: int):
     core = b.add(h * h, "switch", "csw")
     import numpy as np
     ep_tor = edge + np.arange(n_ep, dtype=np.int64)[:, None] // h
-    asw_psw = [(edge + p * h + i, agg + p * h + j) for p in range(pods) for i in range(h) for j in range(h)]
-    rate = spec.asw_psw
-    psw_core = [(agg + p * h + j, core + j * h + m, rate) for p in range(pods) for j in range(h) for m in range(h)]
+    asw_psw = np.array([(edge + p * h + i, agg + p * h + j) for p in range(pods) for i in range(h) for j in range(h)],
+                       dtype=np.int64).reshape(-1, 2)
+    psw_core = [(np.array([(agg + p * h + j, core + j * h + m) for p in range(pods) for j in range(h) for m in range(h)],
+                          dtype=np.int64).reshape(-1, 2), spec.asw_psw)]
     return ep_tor, asw_psw, psw_core

@@ -89,27 +89,24 @@ def link_maker():
     return make
 
 
-class LazyLinks(Sequence):
-    """Topology.links of a built fabric: the Link tuple is made on first use by `make()` (a built
-    9,216-GPU fabric has 56,000 links, and a simulation reads only the per-link columns of
-    Topology.link_arrays). Its length is known without making them, and `arrays` (the builder's
-    LinkArrays of the same links) serves link_arrays() of every Topology holding it (dataclasses.replace
-    of other fields keeps them). It behaves as the tuple: equal and hashed like it, slices and `+` give
-    tuples, pickled as the tuple."""
+class _LazyTuple(Sequence):
+    """A tuple made on first use by `make()`, with its length known before; `arrays` holds the builder's
+    columns of the same items (LazyLinks, LazyNodes). It behaves as the tuple: equal and hashed like
+    it, slices and `+` give tuples, pickled as the tuple."""
 
     __slots__ = ("_n", "_make", "_links", "arrays")
 
-    def __init__(self, n: int, make, arrays: LinkArrays | None = None) -> None:
+    def __init__(self, n: int, make, arrays=None) -> None:
         self._n = n
         self._make = make
-        self._links: tuple[Link, ...] | None = None
+        self._links: tuple | None = None
         self.arrays = arrays
 
-    def _all(self) -> tuple[Link, ...]:
+    def _all(self) -> tuple:
         if self._links is None:
             links = tuple(self._make())
             if len(links) != self._n:
-                raise AssertionError(f"topo.model.LazyLinks: made {len(links)} links, expected {self._n}")
+                raise AssertionError(f"topo.model.{type(self).__name__}: made {len(links)} items, expected {self._n}")
             self._links, self._make = links, None
         return self._links
 
@@ -129,7 +126,7 @@ class LazyLinks(Sequence):
         return x in self._all()
 
     def __eq__(self, other) -> bool:
-        if isinstance(other, LazyLinks):
+        if isinstance(other, _LazyTuple):
             other = other._all()
         return self._all() == other if isinstance(other, tuple) else NotImplemented
 
@@ -147,6 +144,22 @@ class LazyLinks(Sequence):
 
     def __reduce__(self):
         return (tuple, (self._all(),))
+
+
+class LazyLinks(_LazyTuple):
+    """Topology.links of a built fabric: the Link tuple is made on first use (a built 9,216-GPU fabric
+    has 56,000 links, and a simulation reads only the per-link columns of Topology.link_arrays).
+    `arrays` (the builder's LinkArrays of the same links) serves link_arrays() of every Topology
+    holding it (dataclasses.replace of other fields keeps them)."""
+
+    __slots__ = ()
+
+
+class LazyNodes(_LazyTuple):
+    """Topology.nodes of a built fabric: the Node tuple is made on first use (10,900 nodes in a 9,216-GPU
+    fabric; a simulation reads only the per-node columns of Topology.node_arrays, kept in `arrays`)."""
+
+    __slots__ = ()
 
 
 def is_host_side(node: Node) -> bool:
@@ -217,8 +230,8 @@ class Topology:
 
     def server_ids(self) -> list[int]:
         """server_of of every GPU (a new list)."""
-        gps = self.gpus_per_server
-        return [g // gps for g in range(self.num_gpus)]
+        import numpy as np
+        return (np.arange(self.num_gpus, dtype=np.int64) // self.gpus_per_server).tolist()
 
     def gpus_of_server(self, server: int) -> range:
         lo = server * self.gpus_per_server
@@ -302,6 +315,14 @@ class Topology:
             self.rail_of(0)
         return self._cache.get("rail", [])
 
+    def rail_array(self):
+        """rails() as an int64 numpy array (cached, do not modify)."""
+        got = self._cache.get("rail_array")
+        if got is None:
+            import numpy as np
+            got = self._cache["rail_array"] = np.asarray(self.rails(), dtype=np.int64)
+        return got
+
     def link_arrays(self) -> LinkArrays:
         """Per-link numpy columns (cached): what route and capacity tables need, without a Python loop
         over Link objects in each consumer (netsim.TopoView, topo.Router)."""
@@ -312,6 +333,17 @@ class Topology:
             if got is None:
                 got = _link_arrays(links)
             self._cache["link_arrays"] = got
+        return got
+
+    def node_arrays(self) -> NodeArrays:
+        """Per-node kind and tier codes (cached; the builder's when its LazyNodes carry them)."""
+        got = self._cache.get("node_arrays")
+        if got is None:
+            nodes = self.nodes
+            got = nodes.arrays if isinstance(nodes, LazyNodes) and nodes.arrays is not None else None
+            if got is None:
+                got = _node_arrays(nodes)
+            self._cache["node_arrays"] = got
         return got
 
     def gpu_ports(self, gpu: int) -> list[tuple[int, ...]]:
@@ -327,7 +359,9 @@ class Topology:
 class LinkArrays:
     """Columns of Topology.links (index = link id): src / dst node ids (int64), bandwidth_Bps, latency_s,
     health = capacity_factor x (1 - error_rate) (float64), kind (list of str); kind_codes: None or, from
-    a builder that knows them, link_kind_codes' value ({kind: code} in first-seen order, codes)."""
+    a builder that knows them, link_kind_codes' value ({kind: code} in first-seen order, codes); groups:
+    None or, from a builder, (group of every link (int64), number of groups) where the links of a group
+    share kind, bandwidth_Bps, latency_s and health (per-link values can then be computed per group)."""
     src: object
     dst: object
     bandwidth_Bps: object
@@ -335,6 +369,62 @@ class LinkArrays:
     health: object
     kind: list
     kind_codes: tuple | None = field(default=None, compare=False, repr=False)
+    groups: tuple | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class NodeArrays:
+    """Columns of Topology.nodes by node id: kind and tier of every node as int64 codes into `kinds` /
+    `tiers` (the distinct names in first-seen order). An id no node has (a topology-like object whose
+    ids leave gaps) gets kind and tier "" (no node kind or tier is empty)."""
+    kinds: tuple
+    kind: object
+    tiers: tuple
+    tier: object
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    def kind_is(self, name: str):
+        """Boolean numpy mask by node id: kind == name."""
+        return self.kind == (self.kinds.index(name) if name in self.kinds else -1)
+
+    def tier_is(self, name: str):
+        """Boolean numpy mask by node id: tier == name."""
+        return self.tier == (self.tiers.index(name) if name in self.tiers else -1)
+
+    def network_switches(self):
+        """Boolean numpy mask by node id: is_network_switch."""
+        return self.kind_is("switch") & ~self.tier_is("pcie")
+
+    def host_switches(self):
+        """Boolean numpy mask by node id: NVSwitch chips and PCIe switches (topo.Router's host switches)."""
+        return self.kind_is("nvswitch") | self.tier_is("pcie")
+
+
+def node_arrays_of(t) -> NodeArrays:
+    """Per-node columns of any topology-like object: its cached node_arrays() when it has one
+    (topo.Topology), else computed from its nodes (placed by their ids)."""
+    return t.node_arrays() if hasattr(t, "node_arrays") else _node_arrays(tuple(t.nodes))
+
+
+def _node_arrays(nodes) -> NodeArrays:
+    import numpy as np
+    ids = [n.id for n in nodes]
+    kinds_of = [str(n.kind) for n in nodes]
+    tiers_of = [str(n.tier) for n in nodes]
+    size = max(ids) + 1 if ids else 0
+    if ids != list(range(size)):       # gaps or another order: ids without a node read as ""
+        kind_by_id, tier_by_id = [""] * size, [""] * size
+        for i, k, tr in zip(ids, kinds_of, tiers_of):
+            kind_by_id[i], tier_by_id[i] = k, tr
+        kinds_of, tiers_of = kind_by_id, tier_by_id
+
+    def codes(values: list) -> tuple[tuple, object]:
+        names = {k: i for i, k in enumerate(dict.fromkeys(values))}
+        return tuple(names), np.fromiter(map(names.__getitem__, values), dtype=np.int64, count=len(values))
+
+    return NodeArrays(*codes(kinds_of), *codes(tiers_of))
 
 
 def link_arrays_of(t) -> LinkArrays:
@@ -445,10 +535,26 @@ def network_switch_mask(t: Topology):
     """Boolean numpy array by node id: is_network_switch (cached; do not modify)."""
     got = t._cache.get("net_mask")
     if got is None:
-        import numpy as np
-        got = t._cache["net_mask"] = np.fromiter((is_network_switch(n) for n in t.nodes), dtype=bool,
-                                                 count=len(t.nodes))
+        got = t._cache["net_mask"] = t.node_arrays().network_switches()
     return got
+
+
+def link_order(t: Topology):
+    """Link ids sorted by source node, link id order within a node (a stable sort; the order of every
+    out-link CSR: netsim.TopoView's adjacency, topo.Router's). Cached; do not modify."""
+    got = t._cache.get("link_order")
+    if got is None:
+        got = t._cache["link_order"] = stable_order(t.link_arrays().src)
+    return got
+
+
+def stable_order(keys):
+    """np.argsort(keys, kind="stable") of an int array; keys in [0, 2^16) are sorted as uint16, for which
+    numpy's stable sort is a radix sort (the same order, faster)."""
+    import numpy as np
+    if len(keys) and int(keys.min()) >= 0 and int(keys.max()) < 1 << 16:
+        keys = keys.astype(np.uint16)
+    return np.argsort(keys, kind="stable")
 
 
 def direct_gpu_links(t: Topology):
@@ -513,7 +619,9 @@ def _rails(t: Topology) -> list[int]:
     if direct_gpu_links(t)[2]:
         # every GPU is its own network endpoint (no NIC node on any port): the rail is the local index
         t._cache["nic_rail"] = {}
-        return [g % t.gpus_per_server for g in range(t.num_gpus)]
+        import numpy as np
+        rails = t._cache["rail_array"] = np.arange(t.num_gpus, dtype=np.int64) % t.gpus_per_server
+        return rails.tolist()
     rails = []
     nic_index: dict[int, int] = {}
     done: set[int] = set()

@@ -34,7 +34,9 @@ from topo.model import (
     is_network_switch,
     link_arrays_of,
     link_kind_mask,
+    link_order,
     network_switch_mask,
+    stable_order,
 )
 
 _M64 = (1 << 64) - 1
@@ -135,9 +137,13 @@ class Router:
         self._rails_per_server = 0
         self._rail_list: list[int] | None = None    # rail_of per GPU, read on the first rail-aligned route
         n = len(t.nodes)
-        self._is_net = (network_switch_mask(t).copy() if isinstance(t, Topology)
-                        else np.array([is_network_switch(x) for x in t.nodes], dtype=bool))
-        self._is_hostsw = [x.kind == "nvswitch" or x.tier == "pcie" for x in t.nodes]
+        if isinstance(t, Topology):
+            self._is_net = network_switch_mask(t).copy()
+            hostsw = t.node_arrays().host_switches()
+        else:
+            self._is_net = np.array([is_network_switch(x) for x in t.nodes], dtype=bool)
+            hostsw = np.array([x.kind == "nvswitch" or x.tier == "pcie" for x in t.nodes], dtype=bool)
+        self._is_hostsw = hostsw.tolist()     # by node id; list: read with Python ints
         # compact index over network switches
         sw_ids = np.flatnonzero(self._is_net)
         self._sw_index = np.full(n, -1, dtype=np.int64)
@@ -155,16 +161,17 @@ class Router:
         d_c = self._sw_index[dst[lid]]
         m = len(sw_ids)
         # reverse CSR (into each switch) for BFS towards a destination
-        order = np.argsort(d_c, kind="stable")
+        order = stable_order(d_c)
         self._in_ptr = np.searchsorted(d_c[order], np.arange(m + 1))
         self._in_src = s_c[order]
         # forward CSR (out of each switch) for walking
-        order = np.argsort(s_c, kind="stable")
+        order = stable_order(s_c)
         self._out_ptr = np.searchsorted(s_c[order], np.arange(m + 1))
         self._out_dst = d_c[order]
         self._out_lid = lid[order]
         self._out_src = s_c[order]
         self._dist: dict[int, np.ndarray] = {}
+        self._twins: dict[tuple, int] = {}        # _twin_of: in-neighbour set -> first switch seen with it
         self._rows: _DistRows | None = None       # net_hop_parts' distance rows, on first use
         self._route: dict[int, tuple[array, array, array, array]] = {}
         self._idx = self._sw_index.tolist()
@@ -173,7 +180,8 @@ class Router:
         self._host_out: dict[int, list[tuple[int, int]]] = {}
         self._host_in: dict[int, dict[int, int]] = {}
         self._sw_down: dict[int, dict[int, int]] = {}
-        self._comp = _host_components(t, self._is_hostsw)
+        known = t._cache.get("host_components") if isinstance(t, Topology) else None     # (topo.fabric)
+        self._comp = list(known) if known is not None else _host_components(t, hostsw)
         self._rail_tab: tuple | None = None       # net_paths' per-GPU arrays, on first use
         self._walk: tuple | None = None           # net_paths' next-hop tables (_walk_tables)
         self._csr: tuple | None = None            # _out's link CSR, on first use
@@ -277,7 +285,7 @@ class Router:
         csr = self._csr
         if csr is None:
             src = self._la.src
-            order = np.argsort(src, kind="stable")
+            order = link_order(self.topology) if isinstance(self.topology, Topology) else np.argsort(src, kind="stable")
             ptr = np.searchsorted(src[order], np.arange(len(self._is_hostsw) + 1))
             csr = self._csr = (ptr, order, self._la.dst[order])
         ptr, ids, dst = csr
@@ -375,11 +383,39 @@ class Router:
             self._rports[g] = got
         return got
 
+    def _twin_of(self, switch: int) -> int:
+        """A switch with the same in-neighbours as `switch` (the first one asked for; `switch` itself when
+        it is the first), when the switch graph is symmetric (paired cables), else `switch`. Twins t, s
+        (the ToRs of one pod of a Clos) have the same distances from every other switch x:
+        dist(x, s) = 1 + min over in-neighbours v of dist(x, v) = dist(x, t); and dist(t, s) = dist(s, t)
+        by symmetry: s's row is t's with the entries of t and s swapped (_swapped)."""
+        if not self._paired:
+            return switch
+        c = int(self._sw_index[switch])
+        ptr = self._in_ptr
+        key = tuple(sorted(set(self._in_src[ptr[c]:ptr[c + 1]].tolist())))
+        return self._twins.setdefault(key, switch)
+
+    def _swapped(self, row: np.ndarray, a: int, b: int) -> np.ndarray:
+        """Twin b's distance row from twin a's (a, b switch node ids): entries of a and b exchanged."""
+        if a == b:
+            return row
+        i, j = int(self._sw_index[a]), int(self._sw_index[b])
+        out = row.copy()
+        out[i], out[j] = row[j], row[i]
+        return out
+
     def dist_to(self, switch: int) -> np.ndarray:
         """Hop counts from every network switch (compact index) to `switch`; -1 = unreachable."""
         d = self._dist.get(switch)
         if d is not None:
             return d
+        twin = self._twin_of(switch)
+        if twin != switch:
+            dist = self._dist[switch] = self._swapped(self.dist_to(twin), twin, switch)
+            if self._rows is not None:
+                self._rows.put(switch, dist, True)
+            return dist
         m = len(self._sw_ids)
         dist = np.full(m, -1, dtype=np.int32)
         c = int(self._sw_index[switch])
@@ -410,7 +446,39 @@ class Router:
         all of them (at most `max_cells` cells per batch), the same hop counts as one dist_to per
         switch. want: None, or per switch (row) the switches (compact index, columns) whose distance
         is needed: a batch stops once they are all known. A finished BFS goes to dist_to's cache;
-        every row to net_hop_parts' (_DistRows; a row stopped early: its known cells exact)."""
+        every row to net_hop_parts' (_DistRows; a row stopped early: its known cells exact).
+        Twins (_twin_of) are searched once: the first of them, asked for or not, with the cells any of
+        them wants; the others' rows are its row with two entries swapped."""
+        twins = [self._twin_of(sw) for sw in switches]
+        if twins != switches:
+            firsts = [tw for tw in dict.fromkeys(twins) if tw not in self._dist]
+            if firsts:
+                tw_want = None
+                if want is not None:
+                    slot = {tw: i for i, tw in enumerate(firsts)}
+                    tw_want = np.zeros((len(firsts), want.shape[1]), dtype=bool)
+                    idx = self._sw_index
+                    for i, (sw, tw) in enumerate(zip(switches, twins)):
+                        if tw in slot:
+                            w = want[i]
+                            if tw != sw:     # the twin's row holds sw's cells with tw's and sw's swapped
+                                w = w.copy()
+                                a, b = int(idx[tw]), int(idx[sw])
+                                w[a], w[b] = want[i][b], want[i][a]
+                            tw_want[slot[tw]] |= w
+                self._bfs_many(firsts, tw_want, max_cells)
+            rows = self._dist_table()
+            for sw, tw in zip(switches, twins):
+                if sw == tw:
+                    continue
+                full = self._dist.get(tw)
+                if full is not None:
+                    self._dist[sw] = self._swapped(full, tw, sw)
+                    rows.put(sw, self._dist[sw], True)
+                else:
+                    i = int(rows.slot[tw])
+                    rows.put(sw, self._swapped(rows.rows[i], tw, sw), bool(rows.done[i]))
+            return
         m = len(self._sw_ids)
         step = max(1, max_cells // max(m, 1))
         ptr, src = self._in_ptr, self._in_src
@@ -666,7 +734,7 @@ class Router:
             first[la.src[lids]] = lids
             sw = np.full(G, -1, dtype=np.int64)
             sw[g_links] = g_sw
-            rails = np.asarray(t.rails(), dtype=np.int64)
+            rails = t.rail_array()
             if not self._rails_per_server:
                 self._rails_per_server = 1 + max(int(rails[g]) for g in t.gpus_of_server(0))
             tab = self._rail_tab = (count, first, sw, rails, np.asarray(self._comp, dtype=np.int64))
@@ -733,14 +801,14 @@ class Router:
         return None
 
 
-def _host_components(t: Topology, is_hostsw: list[bool]) -> list[int]:
-    """Per GPU: id of the set of GPUs joined through NVSwitch / PCIe switches (-1: none).
-    Min-label propagation over host links (converges in a few rounds: domains are shallow)."""
+def _host_components(t: Topology, is_hostsw: np.ndarray) -> list[int]:
+    """Per GPU: id of the set of GPUs joined through NVSwitch / PCIe switches (-1: none); is_hostsw: bool
+    by node id. Min-label propagation over host links (converges in a few rounds: domains are shallow)."""
     G = t.num_gpus
     n = len(t.nodes)
-    inside = np.array(is_hostsw, dtype=bool)
+    host_node = np.asarray(is_hostsw, dtype=bool)
+    inside = host_node.copy()
     inside[:G] = True
-    host_node = np.array(is_hostsw, dtype=bool)
     la = link_arrays_of(t)
     src, dst = la.src, la.dst
     kind_ok = ~link_kind_mask(t, "network")

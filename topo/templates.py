@@ -26,7 +26,6 @@ seconds or strings such as "0.0005ms"):
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 from topo.errors import TopoError
 from topo.fabric import FabricSpec, Rate, build_fabric
@@ -292,11 +291,10 @@ def build(template: str, **params) -> Topology:
         spec.host = "pcie"
         spec.gpus_per_nic = _int(p, "gpus_per_nic", fl("gpus_per_nic"))
         spec.pcie_switches_per_server = _int(p, "pcie_switches_per_server", "pcie_switches_per_server")
-    topo = build_fabric(spec, name=name or simai_file_name(
-        t, {**p, "dual_tor": dual_tor, "gpus": spec.gpus, "gpus_per_server": spec.gpus_per_server}))
-    if "nvlink_bandwidth_Bps" not in params and t not in ("nvl72", "nvl36", "pcie"):
-        topo = replace(topo, notes=topo.notes + (NVLINK_DEFAULT_NOTE,))
-    return topo
+    default_nvlink = "nvlink_bandwidth_Bps" not in params and t not in ("nvl72", "nvl36", "pcie")
+    return build_fabric(spec, name=name or simai_file_name(
+        t, {**p, "dual_tor": dual_tor, "gpus": spec.gpus, "gpus_per_server": spec.gpus_per_server}),
+        notes=(NVLINK_DEFAULT_NOTE,) if default_nvlink else ())
 
 
 _PCIE_GEN5 = "512Gbps"   # PCIe Gen5 x16 raw line rate per direction (32 GT/s x 16 lanes)

@@ -39,12 +39,14 @@ richer Workload is flattened as AICB does (documented in docs/workload_gen.md):
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import math
 import os
 import re
 import zlib
 from collections.abc import Callable, Iterable
+from operator import itemgetter
 from pathlib import Path
 
 from workload_gen.errors import ConfigFileError
@@ -168,24 +170,36 @@ def _comm_from(name: str, column: str, where: str) -> tuple[str, str] | None:
                           f"ALLTOALL, ALLREDUCEALLTOALL, with optional _EP / _DP_EP, or NONE)")
 
 
-class _Line:
-    __slots__ = ("name", "ns", "comm", "size", "lineno")
+class _Line(tuple):
+    """A layer line: (name, ns (fwd, ig, wg), comm (per column (collective, group) or None), size (per
+    column bytes), line number). A tuple, so that thousands are made by C calls (_Line.of)."""
+    __slots__ = ()
+    name = property(itemgetter(0))
+    ns = property(itemgetter(1))
+    comm = property(itemgetter(2))
+    size = property(itemgetter(3))
+    lineno = property(itemgetter(4))
+    of = classmethod(tuple.__new__)      # _Line.of((name, ns, comm, size, lineno))
 
-    def __init__(self, name, ns, comm, size, lineno):
-        self.name, self.ns, self.comm, self.size, self.lineno = name, ns, comm, size, lineno
+    def __new__(cls, name, ns, comm, size, lineno):
+        return tuple.__new__(cls, (name, ns, comm, size, lineno))
 
     def signature(self):
-        return (self.name, self.comm, self.size)
+        return (self[0], self[2], self[3])
+
+
+_SIGNATURE = itemgetter(0, 2, 3)      # _Line.signature as a C call
 
 
 def _read_lines(path: str) -> tuple[dict, list[_Line], list[tuple[int, str]], str]:
-    """(header, layer lines, trailer `#` lines as (line number, text), text the trailer's checksum covers)."""
+    """(header, layer lines, trailer `#` lines as (line number, text), text the trailer's checksum covers;
+    "" without a trailer)."""
     try:
         with open(path, encoding="utf-8") as f:
             raw = f.read().splitlines()
     except UnicodeDecodeError:
         raise ConfigFileError(f"{path}: not a text file (not UTF-8)") from None
-    rows = [(i + 1, ln.split()) for i, ln in enumerate(raw) if ln.strip()]
+    rows = [(i + 1, t) for i, t in enumerate(map(str.split, raw)) if t]     # (blank: no fields)
     if not rows:
         raise ConfigFileError(f"{path}:1: empty file (expected a SimAI workload header)")
     header = _parse_header(rows[0][1], f"{path}:{rows[0][0]}")
@@ -206,7 +220,7 @@ def _read_lines(path: str) -> tuple[dict, list[_Line], list[tuple[int, str]], st
     if lines is None:        # some field is bad: the line-by-line parse names the first one
         lines = _parse_body(path, body)
     last = body[-1][0] if body else rows[1][0]
-    covered = "\n".join(ln.rstrip() for ln in raw[:last])
+    covered = "\n".join(ln.rstrip() for ln in raw[:last]) if rest else ""
     trailer = [(ln, raw[ln - 1].strip()) for ln, _ in rest]
     return header, lines, trailer, covered
 
@@ -220,13 +234,16 @@ _COMM_FIELDS = (("fwd", 3, 4), ("ig", 6, 7), ("wg", 9, 10))
 
 
 def _parse_body_bulk(body: list) -> list[_Line] | None:
-    """_parse_body of valid layer lines, column by column: each distinct field text is converted once
-    (_int, _comm_from: pure functions of the text), so a file of thousands of lines costs a few
-    conversions per distinct value. None when a line has the wrong field count or a distinct value
-    is invalid: then _parse_body reads the lines in order and raises its error for the first bad field."""
-    if not body or any(len(t) != 12 for _, t in body):
+    """_parse_body of valid layer lines, by distinct line: a file repeats a few dozen distinct lines
+    thousands of times, so each distinct line is converted once (column by column: _int, _comm_from are
+    pure functions of the text) and the lines share its values. None when a line has the wrong field
+    count or a distinct value is invalid: then _parse_body reads the lines in order and raises its error
+    for the first bad field."""
+    if not body or {len(t) for _, t in body} != {12}:
         return None
-    cols = list(zip(*(t for _, t in body)))
+    keys = list(map(tuple, map(itemgetter(1), body)))
+    distinct = list(dict.fromkeys(keys))
+    cols = list(zip(*distinct))
     conv: dict[int, list[int]] = {}
     try:
         for ci, what, lo, hi in _INT_FIELDS:
@@ -239,19 +256,15 @@ def _parse_body_bulk(body: list) -> list[_Line] | None:
             comms.append(list(map(values.__getitem__, cols[ci])))
     except ConfigFileError:
         return None
-    fwd_ns, ig_ns, wg_ns = conv[2], conv[5], conv[8]
-    sizes = [conv[si] for _c, _ci, si in _COMM_FIELDS]
-    lines = []
-    for i, (lineno, t) in enumerate(body):
-        cs, ss = [], []
-        for k in (0, 1, 2):
-            c, size = comms[k][i], sizes[k][i]
-            if c is None or size == 0:
-                c, size = None, 0
-            cs.append(c)
-            ss.append(size)
-        lines.append(_Line(t[0], (fwd_ns[i], ig_ns[i], wg_ns[i]), tuple(cs), tuple(ss), lineno))
-    return lines
+    # per comm column: no comm type or size 0 -> (None, 0), as _parse_body
+    cs, ss = [], []
+    for k, (_c, _ci, si) in enumerate(_COMM_FIELDS):
+        pairs = list(zip(comms[k], conv[si]))
+        cs.append([None if c is None or size == 0 else c for c, size in pairs])
+        ss.append([0 if c is None or size == 0 else size for c, size in pairs])
+    # per distinct line (name, ns, comm, size); per line those and its line number
+    parsed = dict(zip(distinct, zip(cols[0], zip(conv[2], conv[5], conv[8]), zip(*cs), zip(*ss))))
+    return [_Line.of(parsed[key] + (lineno,)) for key, (lineno, _t) in zip(keys, body)]
 
 
 def _parse_body(path: str, body: list) -> list[_Line]:
@@ -295,7 +308,7 @@ def _fold(lines: list[_Line], ga: int, max_bottom: int = 64) -> tuple[list[_Line
         return [], [lines], []
     import numpy as np
     ids: dict = {}
-    sig = np.fromiter((ids.setdefault(ln.signature(), len(ids)) + 1 for ln in lines), dtype=np.uint64, count=n)
+    sig = np.fromiter((ids.setdefault(sg, len(ids)) + 1 for sg in map(_SIGNATURE, lines)), dtype=np.uint64, count=n)
     base = 0x9E3779B97F4A7C15                       # odd, so invertible mod 2^64
     inv = pow(base, -1, 1 << 64)
     pw = np.full(n + 1, base, dtype=np.uint64)
@@ -387,7 +400,19 @@ def read_simai_workload(path: str | os.PathLike, world_size: int | None = None,
     workload is returned, so an export reads back to exactly what was exported. Edited layer lines, or
     `clustersim_section=False`, read the layer lines with SimAI's semantics (meta["warnings"] says why).
     """
-    path = str(path)
+    # thousands of token lists and line tuples and no reference cycles: the cyclic collector would scan
+    # them (and all other young objects) several times, 3-10 ms of a 1,800-line file; reference counting
+    # frees the temporaries
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return _read_simai_workload(str(path), world_size, clustersim_section)
+    finally:
+        if was:
+            gc.enable()
+
+
+def _read_simai_workload(path: str, world_size: int | None, clustersim_section: bool) -> Workload:
     header, lines, trailer, covered = _read_lines(path)
     warnings: list[str] = []
     if trailer and clustersim_section:
