@@ -255,6 +255,7 @@ def _trace_events(rep, ranks, links: int, columns=None) -> tuple[list, dict]:
     flow_id = 0
     members: dict[tuple, list[dict]] = {}   # cross-stage collective instance -> its slices, by stage
     rep_ranks = rep.rep_ranks
+    recv_text = _RecvText()
     for i in sorted(special.union(first.values())):
         stage, thread, name = trace[i][:3]
         pid = rep_ranks[stage]
@@ -264,7 +265,7 @@ def _trace_events(rep, ranks, links: int, columns=None) -> tuple[list, dict]:
             continue
         tid, args_i = tids[(pid, thread)], args[int(arg_at[i])]
         t_ns = int(ts_ns[i])
-        ts, d = t_ns / 1000, int(dur_ns[i]) / 1000
+        ts = t_ns / 1000
         if args_i.get("group") in _CROSS_STAGE:
             # the participants' slices of one instance share its start (the rendezvous time)
             members.setdefault((args_i["group"], name, t_ns), []).append(
@@ -276,17 +277,12 @@ def _trace_events(rep, ranks, links: int, columns=None) -> tuple[list, dict]:
             rpid = rep_ranks[peer]
             rthread = "comm:pp_recv_act" if thread == "comm:pp_next" else "comm:pp_recv_grad"
             rtid = tid_of(rpid, rthread, sink)
-            sink.append(encode([
-                {"ph": "X", "pid": rpid, "tid": rtid, "name": f"recv {name}", "cat": "comm", "ts": ts, "dur": d,
-                 "args": {**args_i, "collective": "recv", "from_stage": stage}},
-                {"ph": "s", "id": flow_id, "pid": pid, "tid": tid, "ts": ts, "name": "pipeline send", "cat": "pp_flow"},
-                {"ph": "f", "bp": "e", "id": flow_id, "pid": rpid, "tid": rtid, "ts": ts, "name": "pipeline send",
-                 "cat": "pp_flow"}])[1:-1])
+            sink.append(recv_text(rpid, rtid, name, t_ns, int(dur_ns[i]), args_i, stage, flow_id, pid, tid))
     head_of = {i: slice_head(rep_ranks[stage], tids[(rep_ranks[stage], thread)], name, cat)
                for (stage, thread, name, cat), i in first_of_key.items()}
     args_text = ArgsText()
     tails = {k: f',"args":{args_text(a)}}}' for k, a in args.items() if a}
-    events.append(iter_slice_texts(columns.firsts.tolist(), arg_at, tails, head_of, ts_ns, dur_ns,
+    events.append(iter_slice_texts(columns.firsts, arg_at, tails, head_of, ts_ns, dur_ns,
                                    {i: ",".join(t) for i, t in before.items()},
                                    {i: ",".join(t) for i, t in after.items()}))   # pieces made as written
     pipeline_flows = flow_id
@@ -298,6 +294,36 @@ def _trace_events(rep, ranks, links: int, columns=None) -> tuple[list, dict]:
     return events, {"generator": "clustersim", "iteration_time_s": rep.iteration_time_s,
                     "stages_shown": stages, "pipeline_flows": pipeline_flows,
                     "collective_flows": flow_id - pipeline_flows, "link_counters": counters}
+
+
+class _RecvText:
+    """JSON text (as encode writes the three dicts) of a pipeline send's receive slice on the receiver
+    and its flow arrow (ph s on the sender -> ph f on the receiver), over the send's interval. The
+    receive's name and arguments (the send's plus collective "recv" and from_stage) repeat from
+    micro-batch to micro-batch and are encoded once each; times are integer ns (trace_text.us_text)."""
+
+    def __init__(self):
+        from sim.trace_text import encode, us_text
+        self.encode, self.us_text = encode, us_text
+        self.names: dict[str, str] = {}
+        self.args: dict[tuple[int, int], str] = {}
+        self.keep: list[dict] = []      # the argument dicts keyed by id, alive while this is
+
+    def __call__(self, rpid: int, rtid: int, name: str, t_ns: int, dur_ns: int, args: dict, stage: int,
+                 flow_id: int, pid: int, tid: int) -> str:
+        encode, us_text = self.encode, self.us_text
+        name_text = self.names.get(name)
+        if name_text is None:
+            name_text = self.names[name] = encode(f"recv {name}")
+        args_text = self.args.get((id(args), stage))
+        if args_text is None:
+            self.keep.append(args)
+            args_text = self.args[(id(args), stage)] = encode({**args, "collective": "recv", "from_stage": stage})
+        ts = us_text(t_ns)
+        return (f'{{"ph":"X","pid":{rpid},"tid":{rtid},"name":{name_text},"cat":"comm","ts":{ts},'
+                f'"dur":{us_text(dur_ns)},"args":{args_text}}},{{"ph":"s","id":{flow_id},"pid":{pid},'
+                f'"tid":{tid},"ts":{ts},"name":"pipeline send","cat":"pp_flow"}},{{"ph":"f","bp":"e",'
+                f'"id":{flow_id},"pid":{rpid},"tid":{rtid},"ts":{ts},"name":"pipeline send","cat":"pp_flow"}}')
 
 
 def _special_slices(columns, arg_at, args: dict) -> set[int]:

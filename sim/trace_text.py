@@ -9,7 +9,9 @@ and are encoded once each, both ends of a slice are rounded to whole nanoseconds
 piece of up to CHUNK_SLICES slices is one bytes %-format of a repeated template, whose %d writes the
 whole microseconds from integers and a table the fraction (what repr of the float writes, at a fraction
 of its cost); a slice's end (its duration and argument text) is made once per distinct (duration,
-arguments) pair. Times: the engine's seconds in, the trace's microseconds out.
+arguments) pair, and the text between two start times (an end, "," and the next head) once per
+distinct (end, next head) pair, so the template has three fields per slice. Times: the engine's
+seconds in, the trace's microseconds out.
 """
 
 from __future__ import annotations
@@ -158,41 +160,106 @@ class _UsColumn:
         return self.texts[lo:hi], [b""] * (hi - lo)
 
 
-def iter_slice_texts(keys: list, arg_at: np.ndarray, tails: dict, head_of: dict, ts_ns: np.ndarray,
+def iter_slice_texts(keys, arg_at: np.ndarray, tails: dict, head_of: dict, ts_ns: np.ndarray,
                      dur_ns: np.ndarray, before: dict | None = None, after: dict | None = None) -> Iterator[bytes]:
     """The text of every slice, in order, joined by "," in pieces of at most CHUNK_SLICES slices (the
     pieces joined by b"," are the whole text), UTF-8 encoded (bytes: the % operator on bytes is faster,
     and trace.json is written as bytes), each piece made when the caller asks for it.
-    head_of[keys[i]] is the head of slice i (slice_head; keys: any hashable, e.g. the index of the
-    first slice with the same head); arg_at[i] the code of its argument dict, an integer 0 <= code <=
-    number of slices (arg_codes: the first slice holding the same dict), and tails[code] that dict's
-    text as the slice's end (',"args":{..}}'; a code not in tails: no "args"). before[i] / after[i]:
-    event texts (joined by ",") placed just before / after slice i."""
+    head_of[keys[i]] is the head of slice i (slice_head; keys: a sequence of hashables, e.g. the
+    int64 array of the index of the first slice with the same head, which is looked up column-wise);
+    arg_at[i] the code of its argument dict, an integer 0 <= code <= number of slices (arg_codes: the
+    first slice holding the same dict), and tails[code] that dict's text as the slice's end
+    (',"args":{..}}'; a code not in tails: no "args"). before[i] / after[i]: event texts (joined by
+    ",") placed just before / after slice i.
+    Between two slices' start times stands the first one's end, "," and the next one's head: one text
+    per distinct (end, next head) pair (a stage's program repeats micro-batch after micro-batch), so a
+    slice costs three %-format fields (whole microseconds, fraction, that separator)."""
     n = len(keys)
-    head_bytes = {k: h.encode() for k, h in head_of.items()}
+    if n == 0:
+        return
+    heads = [head_of[k].encode() for k in head_of]
+    head_at = _dense_codes(keys, head_of)
     end_texts, which = _slice_ends(np.asarray(arg_at, dtype=np.int64), tails, dur_ns)
+    if which is None:
+        end_texts, which = np.array(end_texts, dtype=object), np.arange(n, dtype=np.int64)
+    sep_texts, sep_at = _pair_texts(which[:-1], head_at[1:], end_texts, heads)
+    bef = {i: t.encode() + b"," for i, t in (before or {}).items()}
+    aft = {i: b"," + t.encode() for i, t in (after or {}).items()}
+
+    def head(i: int) -> bytes:
+        return bef.get(i, b"") + heads[head_at[i]]
+
+    def end(i: int) -> bytes:
+        return end_texts[which[i]] + aft.get(i, b"")
+
+    # separators holding inserted events: after slice i, or before slice i + 1
+    special = sorted({i for i in aft if i < n - 1} | {i - 1 for i in bef if 0 < i < n})
+    si = 0
     ts = _UsColumn(ts_ns)
-    fmt = b"%s" + ts.fmt + b"%s,"
-    bef = sorted((i, t.encode() + b",") for i, t in (before or {}).items())
-    aft = sorted((i, b"," + t.encode()) for i, t in (after or {}).items())
-    bi = ai = 0
+    unit = ts.fmt + b"%s"
     step = CHUNK_SLICES
     for lo in range(0, n, step):
         hi = min(lo + step, n)
-        heads = list(map(head_bytes.__getitem__, keys[lo:hi]))
-        ends = end_texts[which[lo:hi]].tolist() if which is not None else end_texts[lo:hi]
-        while bi < len(bef) and bef[bi][0] < hi:
-            i, text = bef[bi]
-            heads[i - lo] = text + heads[i - lo]
-            bi += 1
-        while ai < len(aft) and aft[ai][0] < hi:
-            i, text = aft[ai]
-            ends[i - lo] = ends[i - lo] + text
-            ai += 1
+        seps = sep_texts[sep_at[lo:hi - 1]].tolist()
+        seps.append(end(hi - 1))          # a piece ends with its last slice's end
+        while si < len(special) and special[si] < hi - 1:
+            i = special[si]
+            seps[i - lo] = end(i) + b"," + head(i + 1)
+            si += 1
+        if si < len(special) and special[si] == hi - 1:
+            si += 1
         q, r = ts.take(lo, hi)
-        flat: list = [None] * (4 * (hi - lo))
-        flat[0::4], flat[1::4], flat[2::4], flat[3::4] = heads, q, r, ends
-        yield (fmt * (hi - lo))[:-1] % tuple(flat)
+        flat: list = [None] * (3 * (hi - lo) + 1)
+        flat[0] = head(lo)
+        flat[1::3], flat[2::3], flat[3::3] = q, r, seps
+        yield (b"%s" + unit * (hi - lo)) % tuple(flat)
+
+
+def _dense_codes(keys, head_of: dict) -> np.ndarray:
+    """Code of each slice's key: its position in head_of. Integer keys (e.g. first-slice indexes) are
+    looked up in a numpy table; other keys one by one."""
+    arr = keys if isinstance(keys, np.ndarray) else None
+    if (arr is not None and arr.dtype.kind in "iu" and len(arr) and int(arr.min()) >= 0 and head_of
+            and all(type(k) is int and k >= 0 for k in head_of)):
+        top = max(int(arr.max()), max(head_of)) + 1
+        table = np.full(top, -1, dtype=np.int64)
+        table[list(head_of)] = np.arange(len(head_of), dtype=np.int64)
+        codes = table[arr]
+        if len(codes) and int(codes.min()) < 0:
+            raise KeyError(int(arr[np.flatnonzero(codes < 0)[0]]))
+        return codes
+    code_of = {k: j for j, k in enumerate(head_of)}
+    return np.fromiter(map(code_of.__getitem__, keys), dtype=np.int64, count=len(keys))
+
+
+PAIR_TABLE_MAX = 1 << 16     # _pair_texts codes pairs with a table up to this many possible pairs, else
+#                              by a sort (a larger table would add megabytes to the run's peak memory)
+
+
+def _pair_texts(a: np.ndarray, b: np.ndarray, a_texts, b_texts: list) -> tuple[np.ndarray, np.ndarray]:
+    """(texts, which): texts[which[i]] = a_texts[a[i]] + b"," + b_texts[b[i]], each distinct (a, b)
+    pair's text made once (codes: 0 <= a < len(a_texts), 0 <= b < len(b_texts))."""
+    nb = len(b_texts)
+    pair = a * nb + b
+    space = len(a_texts) * nb
+    if space <= PAIR_TABLE_MAX:      # a table over every possible pair: no sort
+        seen = np.zeros(space, dtype=bool)
+        seen[pair] = True
+        distinct = np.flatnonzero(seen)
+        table = np.empty(space, dtype=np.int32)     # written (memory touched) at the distinct pairs only
+        table[distinct] = np.arange(len(distinct), dtype=np.int32)
+        which = table[pair]
+    else:
+        order = np.argsort(pair)
+        ordered = pair[order]
+        new = np.empty(len(pair), dtype=bool)
+        new[:1] = True
+        np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+        which = np.empty(len(pair), dtype=np.int64)
+        which[order] = np.cumsum(new) - 1
+        distinct = ordered[new]
+    texts = [a_texts[x] + b"," + b_texts[y] for x, y in zip((distinct // nb).tolist(), (distinct % nb).tolist())]
+    return np.array(texts, dtype=object), which
 
 
 def _slice_ends(code: np.ndarray, tails: dict, dur_ns: np.ndarray) -> tuple[np.ndarray | list, np.ndarray | None]:
@@ -208,7 +275,7 @@ def _slice_ends(code: np.ndarray, tails: dict, dur_ns: np.ndarray) -> tuple[np.n
         fmt = b',"dur":' + dur_fmt + b"%s"
         return [fmt % t for t in zip(dur_q, dur_r, map(tail_bytes.get, code.tolist(), repeat(b"}")))], None
     pair = dur_ns * (n + 1) + code
-    order = np.argsort(pair, kind="stable")
+    order = np.argsort(pair)        # (equal pairs get one text whatever their order)
     ordered = pair[order]
     new = np.empty(n, dtype=bool)
     new[0] = True

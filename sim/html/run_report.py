@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import base64
 from collections import Counter
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 
 from sim.engine import REPORT_KEYS
@@ -166,6 +166,23 @@ def _timeline_key(thread: str, cat: str) -> str | None:
     return report_group(kind)
 
 
+def bar_order(g, group_lane, start, end):
+    """np.lexsort((end, start, g, group_lane[g])): slices by lane, group, start, end (ties in input order).
+    A trace lists each stream's slices in time order, so one stable sort by (lane, group) rank (a
+    radix sort: few groups) usually gives that order already; checked, else lexsort."""
+    import numpy as np
+    n_groups = len(group_lane)
+    if n_groups < 1 << 15 and len(g) > 1:
+        rank = np.empty(n_groups, dtype=np.int16)
+        rank[np.lexsort((np.arange(n_groups), group_lane))] = np.arange(n_groups, dtype=np.int16)
+        key = rank[g]
+        order = np.argsort(key, kind="stable")
+        k, s, e = key[order], start[order], end[order]
+        if bool(np.all((k[1:] != k[:-1]) | (s[1:] > s[:-1]) | ((s[1:] == s[:-1]) & (e[1:] >= e[:-1])))):
+            return order
+    return np.lexsort((end, start, g, group_lane[g]))
+
+
 def timeline_chart(rep, max_elements: int = 20000, columns=None) -> tuple | None:
     """(SVG, legend entries, bars drawn, bars after merging, time up to which every bar is drawn) of the
     Gantt chart of each stage representative's streams (rep.trace); None without a trace. Slices of
@@ -201,7 +218,7 @@ def timeline_chart(rep, max_elements: int = 20000, columns=None) -> tuple | None
                    key=lambda k: (k[0], k[1] != "compute", k[1]))
     lane_of = {k: i for i, k in enumerate(lanes)}
     group_lane = np.array([lane_of.get((st, th), -1) for st, th, _ in group_of], dtype=np.int64)
-    order = np.lexsort((end, start, g, group_lane[g]))
+    order = bar_order(g, group_lane, start, end)
     g, start, end = g[order], start[order], end[order]
     px_s = gantt_pixel_s(rep.iteration_time_s)
     emax = np.empty_like(end)
@@ -212,7 +229,8 @@ def timeline_chart(rep, max_elements: int = 20000, columns=None) -> tuple | None
     heads = np.flatnonzero(new_bar)
     tails = np.r_[heads[1:], len(g)]
     keys = [k for _, _, k in group_of]
-    bars = [(s0, e0, int(group_lane[gi]), keys[gi], cnt) for s0, e0, gi, cnt in
+    lane_at = group_lane.tolist()
+    bars = [(s0, e0, lane_at[gi], keys[gi], cnt) for s0, e0, gi, cnt in
             zip(start[heads].tolist(), emax[tails - 1].tolist(), g[heads].tolist(), (tails - heads).tolist())]
     names, starts_group = [], []
     for i, (stage, thread) in enumerate(lanes):
@@ -354,7 +372,7 @@ def topology_section(topology, picture: bool = True, tmp_dir: Path | None = None
         return section("Topology", "<p class='note'>The topology was not given to the report.</p>", "topology")
     from topo.draw_layout import tier_bundles
     t = topology
-    tiers = Counter(n.tier for n in t.nodes)
+    tiers = Counter(map(attrgetter("tier"), t.nodes))
     pairs, bw = bundles = tier_bundles(t)
     rows = [[f"{a} - {b}", n, bw[(a, b)] / n, bw[(a, b)]] for (a, b), n in sorted(pairs.items())]
     cols = [Col("tier pair", None), Col("cables", ",.0f"), Col("bandwidth per cable (Gb/s)", ".1f", scale=8e-9),

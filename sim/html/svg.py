@@ -221,26 +221,50 @@ def gantt_bars(names: Sequence[str], bars: list, t_end: float, colors: dict, lab
         c.text(lab_w - 6, y + lane_h - 4, name, size=10.5, anchor="end")
         if groups and li in groups and li > 0:
             c.line(8, y, lab_w + plot_w, y, stroke="#9aa5b5", width=0.8)
-    # Canvas.rect for each bar, inlined (10^4 bars): escaped lane names and colours made once per lane/key
-    lane_y = [_num(top + li * lane_h + 2) for li in range(len(names))]
-    lane_tip = [esc(name) for name in names]
-    fills: dict[str, tuple[str, str]] = {}
-    height_txt = _num(lane_h - 4)
-    p0, lo, span, w_px = ax.p0, ax.lo, ax.hi - ax.lo, ax.p1 - ax.p0      # _Axis.__call__'s arithmetic
-    parts = c.parts
-    for s, e, li, key, n in bars:
-        fk = fills.get(key)
-        if fk is None:
-            fk = fills[key] = (esc(colors.get(key, "#999999")), esc(key))
-        x0, x1 = p0 + (s - lo) / span * w_px, p0 + (e - lo) / span * w_px
-        merged = f" ({n} ops merged)" if n > 1 else ""
-        parts.append(f"<rect x='{_num(x0)}' y='{lane_y[li]}' width='{max(x1 - x0, 0.4):.2f}' height='{height_txt}' "
-                     f"fill='{fk[0]}'><title>{lane_tip[li]}: {fk[1]} {s:.6f}-{e:.6f} s{merged}</title></rect>")
+    c.parts.append(_gantt_rects(bars, names, colors, ax, top, lane_h))
     c.count += 2 * len(bars)
     if complete_until < T:
         x = ax(complete_until)
         c.line(x, top, x, y_axis, stroke="#c00", width=1.0, dash="4 3")
     return c.render(), len(bars), total, complete_until
+
+
+def _nums(values: list[float]) -> list[str]:
+    """_num of every value: one %-format for all (10^4 bar positions) when all are below 1e7 (_num's
+    "%.1f" without a trailing ".0"; the texts end at "'", which no number holds), else _num each."""
+    if not values or not max(map(abs, values)) < 1e7:     # (a NaN: "nan" either way)
+        return list(map(_num, values))
+    return ("%.1f'" * len(values) % tuple(values)).replace(".0'", "'").split("'")[:-1]
+
+
+def _gantt_rects(bars: list, names: Sequence[str], colors: dict, ax: _Axis, top: float, lane_h: float) -> str:
+    """The <rect> (with its <title>) of every bar of gantt_bars, as Canvas.rect writes them: the texts
+    shared by a lane and colour key are made once, the numbers of all bars by one %-format each."""
+    if not bars:
+        return ""
+    lane_y = [_num(top + li * lane_h + 2) for li in range(len(names))]
+    lane_tip = [esc(name) for name in names]
+    height_txt = _num(lane_h - 4)
+    fixed: dict[tuple, tuple[str, str]] = {}    # (lane, key) -> text before the width, after it
+    for _s, _e, li, key, _n in bars:
+        if (li, key) not in fixed:
+            fixed[(li, key)] = (f"' y='{lane_y[li]}' width='",
+                                f"' height='{height_txt}' fill='{esc(colors.get(key, '#999999'))}'><title>"
+                                f"{lane_tip[li]}: {esc(key)} ")
+    starts, ends, lanes, keys, counts = zip(*bars)
+    p0, lo, span, w_px = ax.p0, ax.lo, ax.hi - ax.lo, ax.p1 - ax.p0      # _Axis.__call__'s arithmetic
+    x0 = [p0 + (s - lo) / span * w_px for s in starts]
+    x1 = [p0 + (e - lo) / span * w_px for e in ends]
+    texts = [fixed[k] for k in zip(lanes, keys)]
+    flat: list = [None] * (7 * len(bars))
+    flat[0::7] = _nums(x0)
+    flat[1::7] = [t[0] for t in texts]
+    flat[2::7] = [max(b - a, 0.4) for a, b in zip(x0, x1)]
+    flat[3::7] = [t[1] for t in texts]
+    flat[4::7] = starts
+    flat[5::7] = ends
+    flat[6::7] = [f" ({n} ops merged)" if n > 1 else "" for n in counts]
+    return ("<rect x='%s%s%.2f%s%.6f-%.6f s%s</title></rect>" * len(bars)) % tuple(flat)
 
 
 def step_lines(series: Sequence[tuple[str, str, Sequence[float], Sequence[float]]], xlabel: str, ylabel: str,
