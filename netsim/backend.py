@@ -204,6 +204,12 @@ class Planner:
         self._quick_tmpl: dict[tuple, tuple] = {}                 # _quick_fields of canonical specs
         self._quick_tids: dict[tuple, int] = {}                   # ids of distinct canonical fields and hops
         self._quick_by_tmpl: dict[tuple, tuple | None] = {}       # _quick_signature by (template id, group)
+        self._quick_routes: dict[tuple, list] = {}                # _quick_routed by (algorithm, signature)
+        self._quick_content: dict[tuple, tuple] = {}              # _quick_routed by content: (routed, id)
+        self._quick_plans: dict[tuple, CollectivePlan] = {}       # _quick_answer: plans by terms and content id
+        self._contexts: dict[tuple, ResolveContext] = {}          # _plan_of: ResolveContexts by their terms
+        self._quick_flows: dict[tuple, list] = {}                 # _plan_of: quick plans' flows by content and terms
+        self._quick_hops: dict[tuple, tuple] = {}                 # _quick_routed: shared hop lists and memos
         self._fabric: list[bool] | None = None
 
     def shape(self, gpus: tuple[int, ...]):
@@ -303,7 +309,7 @@ class Planner:
         if got is None:
             shape, facts = self.shape(gpus)
             got = self._ckeys[ck] = (
-                (op, len(shape.gpus), tuple(map(len, shape.servers)), shape.domains, facts.b_nv, facts.b_net,
+                (op, len(shape.gpus), shape.unit_sizes, shape.domains, facts.b_nv, facts.b_net,
                  facts.units, facts.one_per_unit, facts.ll128_ok)
                 + tuple([self.route_signature(op, alg, gpus) for alg in algs]))
         return got
@@ -409,7 +415,7 @@ class Planner:
         if alg == "p2p":
             tkey = (op, alg)
         else:
-            tkey = (op, alg, tuple(len(s) for s in shape.servers))
+            tkey = (op, alg, shape.unit_sizes)
         tmpl = self._spec_idx.get(tkey)
         if tmpl is None:
             if alg == "p2p":
@@ -680,7 +686,7 @@ class Planner:
             if sig is None:
                 return None
             sigs.append(sig)
-        return ((op, float(req.size_bytes), shape.n, tuple(len(s) for s in shape.servers), shape.domains,
+        return ((op, float(req.size_bytes), shape.n, shape.unit_sizes, shape.domains,
                  facts.b_nv, facts.b_net, facts.units, facts.one_per_unit, facts.ll128_ok, algs)
                 + tuple(sigs))
 
@@ -696,17 +702,7 @@ class Planner:
         if alg == "nvls":
             return self._nvls_signature(op, shape)
         if (op, alg) in _RELABELLED:
-            sizes = tuple(len(s) for s in shape.servers)
-            tk = (op, alg, sizes)
-            got = self._quick_tmpl.get(tk)
-            if got is None:
-                fields, tsrc, tdst = self._quick_fields(_canonical_specs(sizes, shape.domains, op, alg))
-                # templates with equal fields and hops (a ring's reduce-scatter and all-gather) share
-                # one id: the signature is a function of the template and the group
-                tid = None if fields is None else self._quick_tids.setdefault(
-                    (fields, tsrc.tobytes(), tdst.tobytes()), len(self._quick_tids))
-                got = self._quick_tmpl[tk] = (fields, tsrc, tdst, tid)
-            fields, tsrc, tdst, tid = got
+            fields, tsrc, tdst, tid = self._quick_template(op, alg, shape)
             if fields is None:
                 return None
             memo = self._quick_by_tmpl.get((tid, gpus), False)
@@ -721,6 +717,72 @@ class Planner:
             return None
         hk = self.view.hop_keys(src, dst)
         return None if hk is None else (fields, hk.tobytes())
+
+    def _quick_template(self, op: str, alg: str, shape: GroupShape) -> tuple:
+        """(_quick_fields of the canonical specs, their id) of an (op, algorithm) of _RELABELLED on
+        groups of shape's unit sizes (cached)."""
+        sizes = shape.unit_sizes
+        tk = (op, alg, sizes)
+        got = self._quick_tmpl.get(tk)
+        if got is None:
+            fields, tsrc, tdst = self._quick_fields(_canonical_specs(sizes, shape.domains, op, alg))
+            # templates with equal fields and hops (a ring's reduce-scatter and all-gather) share
+            # one id: the signature is a function of the template and the group
+            tid = None if fields is None else self._quick_tids.setdefault(
+                (fields, tsrc.tobytes(), tdst.tobytes()), len(self._quick_tids))
+            got = self._quick_tmpl[tk] = (fields, tsrc, tdst, tid)
+        return got
+
+    def prefetch_quick(self, op: str, groups) -> None:
+        """_quick_signature of an automatic-choice `op` on many groups (GPU tuples) at once, into its
+        caches: the hop rows of all groups of one canonical template come from one TopoView.hop_keys
+        call over the groups' stacked hops (hop_keys is row by row: the same rows as one call per
+        group); the groups with their own specs (all-to-all) share one more call. NVLS signatures
+        are left to quick_key (no hop rows), as are groups that fail validation and groups of a
+        batch hop_keys does not answer (quick_key raises the errors). A caller that knows the groups
+        it will time (every pipeline stage's group of one kind) saves the per-group calls."""
+        if not hasattr(self.view, "hop_keys"):
+            return
+        batches: dict[int, tuple] = {}
+        own: list[tuple] = []       # (group, algorithm, fields, hop sources, hop destinations)
+        for gpus in groups:
+            gpus = tuple(gpus)
+            try:
+                validate_request(self.view, op, gpus, 0)
+            except NetsimError:
+                continue
+            shape, _facts = self.shape(gpus)
+            if shape.n < 2:
+                continue
+            for alg in ana.candidates(self.view, shape, op):
+                if (op, alg, gpus) in self._quick_sigs or alg == "nvls" or not ana.closed_form_applies(alg, op):
+                    continue
+                if (op, alg) not in _RELABELLED:
+                    fields, src, dst = self._quick_fields(self._build_specs(shape, op, alg))
+                    if fields is not None:
+                        own.append((gpus, alg, fields, src, dst))
+                    continue
+                fields, tsrc, tdst, tid = self._quick_template(op, alg, shape)
+                if fields is None or (tid, gpus) in self._quick_by_tmpl:
+                    continue
+                batches.setdefault(tid, (fields, tsrc, tdst, {}))[3].setdefault(gpus, shape)
+        for tid, (fields, tsrc, tdst, members) in batches.items():
+            if len(members) < 2:
+                continue            # quick_key's own call is as cheap
+            flat = np.array([[g for s in shape.servers for g in s] for shape in members.values()], dtype=np.int64)
+            hk = self.view.hop_keys(flat[:, tsrc].reshape(-1), flat[:, tdst].reshape(-1))
+            if hk is None:
+                continue
+            rows = hk.reshape(len(members), len(tsrc), hk.shape[1])
+            for i, gpus in enumerate(members):
+                self._quick_by_tmpl[(tid, gpus)] = (fields, rows[i].tobytes())
+        if len(own) > 1:            # groups with their own specs (all-to-all): one call, split per group
+            hk = self.view.hop_keys(np.concatenate([j[3] for j in own]), np.concatenate([j[4] for j in own]))
+            if hk is not None:
+                o = 0
+                for gpus, alg, fields, src, _dst in own:
+                    self._quick_sigs[(op, alg, gpus)] = (fields, hk[o:o + len(src)].tobytes())
+                    o += len(src)
 
     def _nvls_signature(self, op: str, shape: GroupShape) -> tuple | None:
         """_quick_signature of an NVLS collective: the fields of its one spec that finish reads and its
@@ -761,13 +823,21 @@ class Planner:
         arithmetic as the routed plans, without routing the group."""
         op, gpus, size = req.op, tuple(req.gpus), float(req.size_bytes)
         shape, facts = self.shape(gpus)
+        # a plan depends on the op, the key's shape and facts terms (qk[2:10]: all that _plan_of and
+        # the closed forms read of a plan's shape and facts) and its routed specs' content: requests
+        # of any size on groups with equal terms and hop lists share it
+        base = (op,) + qk[2:10]
         plans = {}
 
         def timed():
             for alg, sig in zip(qk[10], qk[11:]):
-                routed = self._quick_routed(op, alg, shape, sig)
+                routed, rid = self._quick_routed(op, alg, shape, sig)
                 for proto in self.model.protocols(alg, op, facts.ll128_ok, shape.m):
-                    plan = plans[(alg, proto)] = self._plan_of(op, alg, proto, shape, facts, routed)
+                    pkey = (base, alg, proto, rid)
+                    plan = self._quick_plans.get(pkey)
+                    if plan is None:
+                        plan = self._quick_plans[pkey] = self._plan_of(op, alg, proto, shape, facts, routed, rid)
+                    plans[(alg, proto)] = plan
                     yield (alg, proto), ana.estimate_s(self.view, plan, max(size, 1.0))
 
         best, best_t = _fastest(timed())      # choose's rule
@@ -778,41 +848,85 @@ class Planner:
             return best_t, best[0], best[1]
         return ana.estimate_s(self.view, plans[best], size), best[0], best[1]
 
-    def _quick_routed(self, op: str, alg: str, shape: GroupShape, sig: tuple) -> list:
-        """RoutedSpecs of (op, algorithm, group) without channels: the spec fields (the canonical
-        specs for the (op, algorithm) of _RELABELLED: finish reads no GPU of a spec) and per hop
-        the class and propagation of its hop_keys row (`sig`: _quick_signature)."""
-        from netsim.resolve import RoutedSpec
+    def _quick_routed(self, op: str, alg: str, shape: GroupShape, sig: tuple) -> tuple[list, int]:
+        """(RoutedSpecs of (op, algorithm, group) without channels, id of their content), cached by
+        (algorithm, `sig`): stand-in specs holding the fields of `sig` (_quick_signature: every
+        field finish reads of a spec) and per hop the class and propagation of its hop_keys row
+        (an NVLS route: its two terms, _nvls_signature). Equal ids: equal spec fields and hop lists,
+        hence equal plans under one ResolveContext (e.g. a ring's reduce-scatter and all-gather, a
+        DP group and its translates). Equal hop lists share their tuples and LatencyMemo: finish
+        computes each critical latency once per protocol."""
+        key = (alg, sig)
+        got = self._quick_routes.get(key)
+        if got is not None:
+            return got
+        from netsim.resolve import RoutedSpec, new_latency_memo
         none_i, none_f = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
-        if alg == "nvls":       # finish reads of an NVLS route its two terms (_nvls_signature)
-            return [RoutedSpec(s, none_i, none_f, (), (), *sig[1]) for s in build_specs(shape, op, alg, 1.0)]
-        if (op, alg) in _RELABELLED:
-            specs = self._template(shape, op, alg)[0]
+        if alg == "nvls":
+            # sig[0]: ("nvls", hop count, nbytes, steps, weights, deps, after, ring, lat_stages, share, fill)
+            _tag, _n, nbytes, steps, weights, deps, after, ring, lat_stages, share, fill = sig[0]
+            spec = FlowSpec((), nbytes, steps=steps, deps=deps, weights=list(weights) or None, nvls=True, after=after,
+                            ring=ring, lat_stages=lat_stages, share=share, fill=fill)
+            routed = [RoutedSpec(spec, none_i, none_f, (), (), *sig[1])]
+            content = sig
         else:
-            specs = self._build_specs(shape, op, alg)
-        classes, props = self.view.hop_key_routes(np.frombuffer(sig[1], dtype=np.float64).reshape(-1, 6))
-        out, o = [], 0
-        for s in specs:
-            n = len(s.hops)
-            out.append(RoutedSpec(s, none_i, none_f, tuple(classes[o:o + n]), tuple(props[o:o + n]), 0.0, math.inf))
-            o += n
-        return out
+            classes, props = self.view.hop_key_routes(np.frombuffer(sig[1], dtype=np.float64).reshape(-1, 6))
+            hops = self._quick_hops
+            routed, hop_ids, o = [], [], 0
+            # sig[0]: per spec (hop count, nbytes, steps, deps, after, ring, lat_stages, share, fill)
+            # of unweighted, non-NVLS, non-PXN specs (_quick_fields)
+            for n, nbytes, steps, deps, after, ring, lat_stages, share, fill in sig[0]:
+                spec = FlowSpec((), nbytes, steps=steps, deps=deps, after=after, ring=ring, lat_stages=lat_stages,
+                                share=share, fill=fill)
+                hk = (tuple(classes[o:o + n]), tuple(props[o:o + n]))
+                o += n
+                shared = hops.get(hk)
+                if shared is None:
+                    shared = hops[hk] = (*hk, new_latency_memo(hk[0]), len(hops))
+                hc, hp, memo, hid = shared
+                routed.append(RoutedSpec(spec, none_i, none_f, hc, hp, 0.0, math.inf, memo))
+                hop_ids.append(hid)
+            content = (sig[0], tuple(hop_ids))
+        have = self._quick_content.get(content)
+        if have is None:
+            have = self._quick_content[content] = (routed, len(self._quick_content))
+        self._quick_routes[key] = have
+        return have
 
-    def _plan_of(self, op: str, alg: str, proto: str, shape: GroupShape, facts, routed: list) -> CollectivePlan:
+    def _plan_of(self, op: str, alg: str, proto: str, shape: GroupShape, facts, routed: list,
+                 rid: int | None = None) -> CollectivePlan:
         """The CollectivePlan of routed specs under the protocol's terms (plan(); _quick_answer passes
-        specs without channels, for closed forms only)."""
+        specs without channels, for closed forms only, and their content id `rid` (_quick_routed):
+        the flows of equal content under equal terms are shared, e.g. by a ring's reduce-scatter
+        and all-gather)."""
         m = self.model
         family = FAMILY[alg]
-        hop = HopContext(family, proto, multi_unit=shape.m > 1, one_per_unit=facts.one_per_unit)
-        ctx = ResolveContext(
-            hop_alpha_s=lambda cls, hop=hop: m.hop_alpha_s(cls, hop),
-            efficiency=m.efficiency(family, proto),
-            cap_algbw_Bps=m.ll_cap_algbw_Bps(family, proto, op, shape.n, shape.m),
-            channels=m.channels(family, facts.one_per_unit, facts.b_net),
-            chunk=lambda kind, proto=proto: m.fill_chunk_bytes(kind, proto),
-            nvls_latency_s=m.nvls_latency_s(), nvls_efficiency=m.nvls_efficiency)
-        return CollectivePlan(op, alg, proto, family, shape, facts, [finish(r, ctx) for r in routed],
-                              m.base_s(family, proto), ctx.efficiency, m)
+        cap = m.ll_cap_algbw_Bps(family, proto, op, shape.n, shape.m)
+        channels = m.channels(family, facts.one_per_unit, facts.b_net)
+        # every term of the context: the rest are functions of (family, protocol) and the model
+        ckey = (alg, proto, shape.m > 1, facts.one_per_unit, cap, channels)
+        ctx = self._contexts.get(ckey)
+        if ctx is None:
+            hop = HopContext(family, proto, multi_unit=shape.m > 1, one_per_unit=facts.one_per_unit)
+            alphas: dict[str, float] = {}
+
+            def hop_alpha_s(cls: str) -> float:      # read per spec: kept per class
+                got = alphas.get(cls)
+                if got is None:
+                    got = alphas[cls] = m.hop_alpha_s(cls, hop)
+                return got
+
+            ctx = self._contexts[ckey] = ResolveContext(
+                hop_alpha_s=hop_alpha_s, efficiency=m.efficiency(family, proto), cap_algbw_Bps=cap,
+                channels=channels, chunk=lambda kind, proto=proto: m.fill_chunk_bytes(kind, proto),
+                nvls_latency_s=m.nvls_latency_s(), nvls_efficiency=m.nvls_efficiency)
+        if rid is None:
+            flows = [finish(r, ctx) for r in routed]
+        else:
+            flows = self._quick_flows.get((rid, ckey))
+            if flows is None:
+                flows = self._quick_flows[(rid, ckey)] = [finish(r, ctx) for r in routed]
+        return CollectivePlan(op, alg, proto, family, shape, facts, flows, m.base_s(family, proto), ctx.efficiency, m)
 
 
 class AnalyticalNetwork:

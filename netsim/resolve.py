@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
 
 import numpy as np
@@ -48,26 +48,43 @@ def ecmp_key(spec_idx: int, hop_idx: int) -> int:
     return (spec_idx * 1009 + hop_idx) & 0x7FFFFFFF
 
 
-def ring_window_s(hop_lat: list[float], steps: int) -> float:
+# From this many hops ring_window_s slides its window in numpy; below, numpy's per-call cost exceeds
+# the Python loop's (about 190 hops on CPython 3.11).
+RING_NUMPY_MIN_HOPS = 160
+
+
+def ring_window_s(hop_lat: list[float] | np.ndarray, steps: int) -> float:
     """Latency of a piece crossing `steps` consecutive hops of a ring (hop_lat in ring order,
     cyclic): the worst such run."""
     h = len(hop_lat)
     if h == 0 or steps <= 0:
         return 0.0
     laps, rest = divmod(steps, h)
-    total = laps * math.fsum(hop_lat)
+    seq = hop_lat.tolist() if type(hop_lat) is np.ndarray else hop_lat     # fsum reads floats faster
+    total = laps * math.fsum(seq)
     if rest == 0:
         return total
-    run = math.fsum(hop_lat[:rest])
+    run = math.fsum(seq[:rest])
     if h == 1:
         return total + run
-    # the window sliding by one hop: run_i = run_(i-1) + (hop[(i + rest - 1) % h] - hop[i - 1]); a
-    # sequential accumulate (np.add.accumulate adds left to right) gives the loop's exact sums
+    # the window sliding by one hop: run_i = run_(i-1) + (hop[(i + rest - 1) % h] - hop[i - 1])
+    if h < RING_NUMPY_MIN_HOPS and type(hop_lat) is list:
+        best = run
+        for entering, leaving in zip(hop_lat[rest:] + hop_lat[:rest - 1], hop_lat[:h - 1]):
+            run += entering - leaving
+            if run > best:
+                best = run
+        return total + best
+    # a sequential accumulate (np.add.accumulate adds left to right) gives the loop's exact sums; the
+    # differences d[1 + j] = hop[(j + rest) % h] - hop[j] (j < h - 1) in two slices (no wrap, wrap)
     a = np.asarray(hop_lat, dtype=np.float64)
-    steps_d = np.empty(h)
-    steps_d[0] = run
-    steps_d[1:] = np.roll(a, -rest)[: h - 1] - a[: h - 1]
-    return total + float(np.add.accumulate(steps_d).max())
+    k = h - rest
+    d = np.empty(h)
+    d[0] = run
+    np.subtract(a[rest:], a[:k], out=d[1:k + 1])
+    np.subtract(a[:rest - 1], a[k:h - 1], out=d[k + 1:])
+    np.add.accumulate(d, out=d)
+    return total + float(d.max())
 
 
 def critical_latency_s(spec: FlowSpec, hop_lat: list[float]) -> float:
@@ -101,6 +118,58 @@ class RoutedSpec:
     hop_prop_s: tuple[float, ...]
     switch_prop_s: float
     line_up_Bps: float
+    # finish's latencies of these hops (LatencyMemo): set by finish on long specs, or shared by
+    # routed specs with equal hop classes and propagations (netsim.backend.Planner._quick_routed)
+    memo: LatencyMemo | None = field(default=None, repr=False, compare=False)
+
+
+# From this many hops, finish keeps a spec's latencies (LatencyMemo): below, hashing the memo's key
+# costs about what the plain formula does.
+MEMO_MIN_HOPS = 16
+
+
+@dataclass(slots=True)
+class LatencyMemo:
+    """Critical latencies (finish) of one list of hops (link classes, propagations) under each set
+    of per-class hop alphas: the same values in the same arithmetic, computed once per protocol,
+    spec latency fields and hop list instead of once per spec and plan."""
+    classes: tuple[str, ...]              # the hops' distinct link classes, in first-use order
+    latency_s: dict[tuple, float]         # (alpha per class, ring, steps, lat_stages) -> latency s
+    class_idx: np.ndarray | None = None   # long rings: per hop its class's position in `classes`
+    prop_s: np.ndarray | None = None      # and its propagation s (hop latencies as one numpy sum)
+
+
+def new_latency_memo(hop_class: tuple[str, ...]) -> LatencyMemo:
+    return LatencyMemo(tuple(dict.fromkeys(hop_class)), {})
+
+
+def routed_latency_s(routed: RoutedSpec, hop_alpha_s: Callable[[str], float]) -> float:
+    """Latency of a routed (non-NVLS) spec: per hop, its class's alpha + its propagation, over the
+    spec's critical path (critical_latency_s); kept in routed.memo (made here from MEMO_MIN_HOPS hops)."""
+    spec = routed.spec
+    memo = routed.memo
+    if memo is None:
+        if len(routed.hop_class) < MEMO_MIN_HOPS:
+            alpha = {cls: hop_alpha_s(cls) for cls in set(routed.hop_class)}
+            return critical_latency_s(spec, [alpha[c] + p for c, p in zip(routed.hop_class, routed.hop_prop_s)])
+        memo = routed.memo = new_latency_memo(routed.hop_class)
+    alphas = tuple([hop_alpha_s(c) for c in memo.classes])
+    key = (alphas, spec.ring, spec.steps, spec.lat_stages)
+    got = memo.latency_s.get(key)
+    if got is None:
+        if spec.ring and len(routed.hop_class) >= RING_NUMPY_MIN_HOPS:
+            # the same per-hop sums alpha + propagation, elementwise in numpy (IEEE, like Python's +)
+            if memo.class_idx is None:
+                pos = {c: i for i, c in enumerate(memo.classes)}
+                memo.class_idx = np.fromiter(map(pos.__getitem__, routed.hop_class), dtype=np.intp,
+                                             count=len(routed.hop_class))
+                memo.prop_s = np.array(routed.hop_prop_s, dtype=np.float64)
+            got = ring_window_s(np.array(alphas, dtype=np.float64)[memo.class_idx] + memo.prop_s, spec.steps)
+        else:
+            alpha = dict(zip(memo.classes, alphas))
+            got = critical_latency_s(spec, [alpha[c] + p for c, p in zip(routed.hop_class, routed.hop_prop_s)])
+        memo.latency_s[key] = got
+    return got
 
 
 def _route_key(spec: FlowSpec, spec_idx: int) -> tuple:
@@ -447,9 +516,7 @@ def finish(routed: RoutedSpec, ctx: ResolveContext, unit_size: float = 1.0) -> R
         # NCCL's NVLS latency (one per call) + the multimem round trips' propagation
         latency = ctx.nvls_latency_s + spec.steps * 2 * routed.switch_prop_s
     else:
-        alpha = {cls: ctx.hop_alpha_s(cls) for cls in set(routed.hop_class)}
-        hop_lat = [alpha[c] + p for c, p in zip(routed.hop_class, routed.hop_prop_s)]
-        latency = critical_latency_s(spec, hop_lat)
+        latency = routed_latency_s(routed, ctx.hop_alpha_s)
         cap = frac * ctx.cap_algbw_Bps
     weights = routed.weights / ctx.efficiency if ctx.efficiency != 1.0 else routed.weights
     nch = spec.share * ctx.channels if spec.share is not None else 1.0

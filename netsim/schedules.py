@@ -70,9 +70,11 @@ class GroupShape:
     servers: list[list[int]]            # GPU ids per unit (NVLink domain, or PCIe server), NCCL order
     domains: int                        # distinct NVLink domains
     k_max: int = field(init=False)
+    unit_sizes: tuple[int, ...] = field(init=False)     # len of each unit, in order (servers is not changed)
 
     def __post_init__(self):
-        self.k_max = max(map(len, self.servers))
+        self.unit_sizes = tuple(map(len, self.servers))
+        self.k_max = max(self.unit_sizes)
 
     @property
     def n(self) -> int:
@@ -119,10 +121,10 @@ def ring_order(servers: list[list[int]], channel: int) -> list[int]:
 
 def group_shape(view, gpus) -> GroupShape:
     by_server: dict[int, list[int]] = {}
-    for g in gpus:
-        by_server.setdefault(view.unit_of(g), []).append(g)
+    for g, u in zip(gpus, map(view.unit_of, gpus)):
+        by_server.setdefault(u, []).append(g)
     servers = [sorted(v) for v in by_server.values()]
-    domains = len({view.domain_of(g) for g in gpus})
+    domains = len(set(map(view.domain_of, gpus)))
     return GroupShape(tuple(gpus), servers, domains)
 
 
