@@ -293,6 +293,7 @@ class Engine:
         self.host = host
         self.contention = contention
         self._fp_cache: dict = {}
+        self._fp_model: dict = {}         # footprint(): ContentionModel.footprint's inputs -> its Footprint
         self._factor_cache: dict = {}     # _StageRun._factor memo
         if stage_factors is None:
             stage_factors = [1.0] * self.p
@@ -401,23 +402,38 @@ class Engine:
             return [grp for grp in groups if rail(grp[0]) == r]
         return groups
 
-    def _congruent_rep(self, g, rep_gpu: int) -> list[tuple[int, ...]] | None:
+    def _congruent_rep(self, g, rep_gpu: int, congruent: bool = False) -> list[tuple[int, ...]] | None:
         """The contention-free selection rule on groups given as the rows of an integer array: congruent
         groups (same member offsets, same NVLink-domain pattern) have equal idle-network times, so
         the representative's group (first row holding rep_gpu; [] if none) stands for all of them;
-        None when they are not congruent."""
-        d = self._dom_array()[g]
-        if ((g - g[:, :1]) == (g[0] - g[0, 0])).all() and ((d - d[:, :1]) == (d[0] - d[0, 0])).all():
-            hit = (g == rep_gpu).any(axis=1).nonzero()[0]
-            return [tuple(g[hit[0]].tolist())] if len(hit) else []
-        return None
+        None when they are not congruent. `congruent`: known to be (_kind_congruent), not checked."""
+        if not (congruent or self._congruent(g)):
+            return None
+        hit = (g == rep_gpu).any(axis=1).nonzero()[0]
+        return [tuple(g[hit[0]].tolist())] if len(hit) else []
 
-    def _select_rows(self, g, rep_gpu: int) -> list[tuple[int, ...]]:
+    def _congruent(self, g) -> bool:
+        """Whether the rows of GPU array `g` are congruent (_congruent_rep)."""
+        d = self._dom_array()[g]
+        return bool(((g - g[:, :1]) == (g[0] - g[0, 0])).all() and ((d - d[:, :1]) == (d[0] - d[0, 0])).all())
+
+    def _kind_congruent(self, kind: str) -> bool:
+        """Whether all groups of `kind` are congruent (cached): then so are any of its groups (one
+        stage's) and any of its columns (a pipeline stage pair's), so _groups_for and _pp_pairs need
+        not check each stage's."""
+        key = ("congruent", kind)
+        hit = self._group_cache.get(key)
+        if hit is None:
+            hit = self._group_cache[key] = self._congruent(self.pl.gpus[self.pl.rank_groups(kind)])
+        return hit
+
+    def _select_rows(self, g, rep_gpu: int, congruent: bool = False) -> list[tuple[int, ...]]:
         """Groups to submit, of the groups given as the rows of an integer array: on a contention-free
         backend the representative's group when congruent groups stand for all (_congruent_rep, without
-        making every group's tuple), else every group; with contention, _select's rules."""
+        making every group's tuple; `congruent`: known to be), else every group; with contention,
+        _select's rules."""
         if self.contention_free and self.sampling != "full" and len(g) > 1:
-            one = self._congruent_rep(g, rep_gpu)
+            one = self._congruent_rep(g, rep_gpu, congruent)
             if one is not None:
                 return one
             return list(map(tuple, g.tolist()))
@@ -429,16 +445,18 @@ class Engine:
         hit = self._group_cache.get(key)
         if hit is not None:
             return hit
+        congruent = False
         if kind in _CROSS_STAGE:
             rows = self.pl.rank_groups(kind)
             rep_rank = self.rep_ranks[0]
         else:
             rows = self.pl.groups_in_stage(kind, stage)
             rep_rank = self.rep_ranks[stage]
+            congruent = self.contention_free and self.sampling != "full" and self._kind_congruent(kind)
         if len(rows) == 0:
             raise SimError(f"no '{kind}' group found for stage {stage}")
         gpus = self.pl.gpus
-        out = self._select_rows(gpus[rows], int(gpus[rep_rank]))
+        out = self._select_rows(gpus[rows], int(gpus[rep_rank]), congruent)
         self._group_cache[key] = out
         return out
 
@@ -449,7 +467,9 @@ class Engine:
             return hit
         rows = self.pl.rank_groups("pp")
         gpus = self.pl.gpus
-        pairs = self._select_rows(gpus[rows[:, [src_stage, dst_stage]]], int(gpus[self.rep_ranks[src_stage]]))
+        congruent = self.contention_free and self.sampling != "full" and self._kind_congruent("pp")
+        pairs = self._select_rows(gpus[rows[:, [src_stage, dst_stage]]], int(gpus[self.rep_ranks[src_stage]]),
+                                  congruent)
         self._group_cache[key] = pairs
         return pairs
 
@@ -715,18 +735,31 @@ class Engine:
         cm = self.contention
         if cm is None:
             return None
-        key = (stage, op.group, op.collective, int(op.size_bytes), op.blocking,
-               (op.wait_op or "").endswith("_wgrad"))
+        wgrad = (op.wait_op or "").endswith("_wgrad")
+        key = (stage, op.group, op.collective, int(op.size_bytes), op.blocking, wgrad)
         fp = self._fp_cache.get(key)
         if fp is None:
             g = tuple(groups[0]) if groups else ()
-            dom = self._domain
-            local = len(g) > 0 and all(dom(x) == dom(g[0]) for x in g[1:])
+            local = len(g) > 0 and self._one_domain(g)
             if duration_s is None and len(g) > 1 and op.size_bytes > 0:
                 duration_s = float(self.net.estimate(CollectiveRequest(op.collective, g, int(op.size_bytes))))
-            fp = cm.footprint(op, len(g), local, duration_s)
+            # ContentionModel.footprint reads of op only these fields: stages whose ops agree on them
+            # and on (group size, NVLink-local, duration) share one Footprint
+            mkey = (op.group, op.collective, op.size_bytes, op.blocking, wgrad, len(g), local, duration_s)
+            fp = self._fp_model.get(mkey)
+            if fp is None:
+                fp = self._fp_model[mkey] = cm.footprint(op, len(g), local, duration_s)
             self._fp_cache[key] = fp
         return fp
+
+    def _one_domain(self, g: tuple) -> bool:
+        """Whether every GPU of `g` is in g[0]'s NVLink domain (large groups, e.g. 384 data-parallel
+        ranks: one comparison on the domain array instead of a look-up per GPU)."""
+        if len(g) < 8:
+            dom = self._domain
+            return all(dom(x) == dom(g[0]) for x in g[1:])
+        d = self._dom_array()[list(g)]
+        return bool((d == d[0]).all())
 
     # ---------------- stage execution ----------------
     def start(self, t0_s: float = 0.0) -> None:
@@ -1054,11 +1087,13 @@ def transfer_handle(avail: dict, key: tuple) -> Handle:
     return h
 
 
-def segment_ops(eng, prog, cache: dict, seg, record: bool, factor: float = 1.0):
+def segment_ops(eng, prog, cache: dict, seg, record: bool, factor: float = 1.0, timed: bool = True):
     """Ops of one segment (direction, chunk, micro-batch) of a stage program with their durations (s,
     times `factor`), layer-row keys (when `record`) and whether it carries explicit pipeline markers;
     cached in `cache`: the lists differ only for the first and last micro-batch. Shared by the event
-    engine and sim.fastpath so both replay exactly the same ops."""
+    engine and sim.fastpath so both replay exactly the same ops. timed=False: durations and rows
+    None (sim.fastpath takes them op by op, once per op: float(eng.op_time_s(op)), (eng.row_key(op),
+    column_of(op)))."""
     d, c, mb = seg
     m = eng.m
     key = (d, c, mb == 0, mb == m - 1)
@@ -1074,10 +1109,12 @@ def segment_ops(eng, prog, cache: dict, seg, record: bool, factor: float = 1.0):
         src = chunk.forward if d == "fwd" else chunk.backward
         ops = [op for op in src if op.microbatch == "all" or (op.microbatch == "first" and mb == 0)
                or (op.microbatch == "last" and mb == m - 1)]
-    durs = [0.0 if op.is_comm else float(eng.op_time_s(op)) for op in ops]
-    if factor != 1.0:
-        durs = [d * factor for d in durs]
-    rows = [(eng.row_key(op), column_of(op)) for op in ops] if record else None
+    durs = rows = None
+    if timed:
+        durs = [0.0 if op.is_comm else float(eng.op_time_s(op)) for op in ops]
+        if factor != 1.0:
+            durs = [d * factor for d in durs]
+        rows = [(eng.row_key(op), column_of(op)) for op in ops] if record else None
     explicit = any(op.is_comm and op.group == "pp" for op in ops)
     hit = cache[key] = (ops, durs, rows, explicit)
     return hit

@@ -58,9 +58,10 @@ def applies(eng) -> str | None:
     return None
 
 
-# instruction codes of a compiled segment (FastRun._program) and what follows a collective's issue
-_FAST_BLOCK, _FAST, _KERNEL, _OTHER = 0, 1, 2, 3     # (intra-stage collectives: code <= _FAST)
-_PENDING, _DEFER, _AFTER = 1, 2, 3     # non-blocking: waited by its wait_op / at the iteration end / after the segment
+# instruction codes of a compiled segment (FastRun._program): intra-stage collectives first (code <=
+# _FAST_AFTER), a blocking one, then non-blocking ones by what follows their issue: waited by their
+# wait_op / at the iteration end (deferred) / after the segment; then kernels and the other ops
+_FAST_BLOCK, _FAST_PENDING, _FAST_DEFER, _FAST_AFTER, _KERNEL, _OTHER = 0, 1, 2, 3, 4, 5
 
 
 class _NeedsEvents(Exception):
@@ -152,7 +153,7 @@ class _Stage:
 
     __slots__ = ("stage", "prog", "segments", "stats", "clock", "host", "fast_free", "stream_free",
                  "deferred", "sent", "sent_handles", "rdv_counts", "record", "seg_cache", "gen", "xqueue",
-                 "xbusy", "live", "opinfo")
+                 "xbusy", "live", "opinfo", "opval", "instrs")
 
     def __init__(self, stage: int, prog, tasks) -> None:
         self.stage = stage
@@ -173,7 +174,9 @@ class _Stage:
         self.xqueue: dict = {}     # cross-stage kind -> [(handle, rendezvous key, issue time)] not yet started
         self.xbusy: dict = {}      # cross-stage kind -> handle its stream runs (or ran last)
         self.live: list = []       # contention model: handles with a footprint, maybe still in flight
-        self.opinfo: dict = {}     # id(CommOp) -> (time, group size, footprint, group, name, collective, size)
+        self.opinfo: dict = {}     # id(CommOp) -> its _OpInfo
+        self.opval: dict = {}      # CommOp (by value) -> its _OpInfo (FastRun._op_info)
+        self.instrs: tuple = ({}, {})     # [in a fwd / bwd segment] id(op) -> its instruction (FastRun._program)
 
 
 class FastRun:
@@ -183,6 +186,7 @@ class FastRun:
         self.eng = eng
         self.avail: dict = {}        # ("act"|"grad", virtual stage, mb) -> Handle (done_s known when .done)
         self.rdv: dict = {}          # (kind, name, n) -> [arrived handles]
+        self.prefetched: set = set()  # (group kind, collective) whose groups' quick keys were made at once (_est)
         self.waiting: dict = {}      # id(handle) -> stages parked until its done time is known
         self.ready: list = []
         self.send_fp: dict = {}      # (stage, bytes) -> footprint of its pipeline sends (Engine.footprint's key)
@@ -230,11 +234,29 @@ class FastRun:
         eng = self.eng
         est = eng._est_cache.get(key)
         if est is None:
+            if (op.group, op.collective) not in self.prefetched:
+                self._prefetch(op)
             est = max((float(eng.net.estimate(CollectiveRequest(op.collective, g, int(op.size_bytes),
                                                                 tag=f"{op.group}:{op.name}")))
                        for g in groups if len(g) > 1), default=0.0)
             eng._est_cache[key] = est
         return est
+
+    def _prefetch(self, op) -> None:
+        """Let the planner make the quick keys of `op`'s collective on every stage's groups of its
+        kind at once (netsim.backend.Planner.prefetch_quick: one batch instead of one call per stage);
+        the estimates are unchanged."""
+        self.prefetched.add((op.group, op.collective))
+        prefetch = getattr(getattr(self.eng.net, "planner", None), "prefetch_quick", None)
+        if prefetch is None or op.group in _CROSS_STAGE:
+            return
+        eng, groups = self.eng, {}
+        for stage in range(eng.p):
+            try:
+                groups.update(dict.fromkeys(eng._groups_for(op.group, stage)))
+            except SimError:          # no group of this kind on that stage: its own call says so
+                continue
+        prefetch(op.collective, [g for g in groups if len(g) > 1])
 
     def _known(self, h: Handle) -> None:
         """h's done time is now known: wake the stages waiting for it."""
@@ -243,7 +265,7 @@ class FastRun:
             self.ready.append(st)
 
     def _segment_ops(self, st: _Stage, seg):
-        return segment_ops(self.eng, st.prog, st.seg_cache, seg, st.record)
+        return segment_ops(self.eng, st.prog, st.seg_cache, seg, st.record, timed=False)
 
     def _needs(self, st: _Stage, seg) -> Handle | None:
         if seg[0] not in ("fwd", "bwd"):
@@ -318,13 +340,23 @@ class FastRun:
     # ---------------- communication ----------------
     def _op_info(self, st: _Stage, op) -> _OpInfo:
         """The _OpInfo of an intra-stage collective of this stage (made once: a stage issues the same
-        op once per micro-batch)."""
+        op once per micro-batch). Equal CommOps (frozen dataclasses: every field equal, e.g. one
+        layer's all-gather and the next's) share it: everything it holds is read from the op's
+        fields (row_key too: a function of the op's fields, as sim.simulation's rows assume)."""
+        shared = type(op) is CommOp
+        if shared:
+            info = st.opval.get(op)
+            if info is not None:
+                st.opinfo[id(op)] = info
+                return info
         eng = self.eng
         groups = eng._groups_for(op.group, st.stage)
         est = self._est((op.group, st.stage, op.collective, int(op.size_bytes)), groups, op)
         fp = eng.footprint(st.stage, op, groups, est) if eng.contention is not None else None
         info = st.opinfo[id(op)] = _OpInfo(eng, st.stage, op, est, groups, fp, st.record,
                                            self.slot if self.trace is not None else None)
+        if shared:
+            st.opval[op] = info
         return info
 
     def _issue_cross(self, st: _Stage, op, rc) -> Handle:
@@ -407,21 +439,23 @@ class FastRun:
         self.slow.append(h)
         if eng.host is not None and eng.host.sync_on_pipeline_p2p:
             st.sent_handles.append(h)
-        if eng.contention is not None:
-            # Engine.footprint keys these sends on (stage, size) and constants ("pp", "send", blocking,
-            # no wait_op): the footprint of a (stage, size) is the one its first send got
-            fk = (st.stage, size)
-            fp = self.send_fp.get(fk)
-            if fp is None:
-                fp = self.send_fp[fk] = eng.footprint(st.stage, CommOp(h.name, "send", "pp", size), pairs)
-            h.fp = fp
-            st.live.append(h)
         key = ("pp", st.stage, dst_stage, size)
         est = eng._est_cache.get(key)
         if est is None:
             est = max((float(eng.net.estimate(CollectiveRequest("send", pair, size, tag=f"pp:{h.name}")))
                        for pair in pairs), default=0.0)
             eng._est_cache[key] = est
+        if eng.contention is not None:
+            # Engine.footprint keys these sends on (stage, size) and constants ("pp", "send", blocking,
+            # no wait_op): the footprint of a (stage, size) is the one its first send got. Its duration
+            # is the estimate of pairs[0] (the tag is not read): est itself when that is the only pair
+            fk = (st.stage, size)
+            fp = self.send_fp.get(fk)
+            if fp is None:
+                fp = self.send_fp[fk] = eng.footprint(st.stage, CommOp(h.name, "send", "pp", size), pairs,
+                                                      est if len(pairs) == 1 else None)
+            h.fp = fp
+            st.live.append(h)
         eng.bypassed += 1
         h.start_s = max(now, st.stream_free.get(stream, 0.0))
         h.done_s = h.start_s + est
@@ -458,31 +492,49 @@ class FastRun:
             t = nxt
 
     # ---------------- one stage ----------------
-    def _program(self, st: _Stage, seg, ops: list, durs: list, rows) -> list:
+    def _program(self, st: _Stage, seg, ops: list) -> list:
         """A segment's op list compiled once per stage: one instruction (code, name, a, rc, b, c, op) per
         op with everything that is the same at every execution resolved (duration, trace texts and
         argument slot, the collective's _OpInfo and what happens after its issue), so the run loop does
-        no per-op lookups. _KERNEL: a = duration (s), b = phase, c = trace argument slot; _FAST: an
-        intra-stage collective, a = its _OpInfo, b = _PENDING / _DEFER / _AFTER; _FAST_BLOCK: a
-        blocking one, a = its _OpInfo; _OTHER: a pipeline send / receive or a
-        cross-stage collective (_other_op). rc: stage 0's (layer row, column), else None."""
+        no per-op lookups. _KERNEL: a = duration (s), b = phase, c = trace argument slot; an
+        intra-stage collective (_FAST_BLOCK: blocking; _FAST_PENDING / _FAST_DEFER / _FAST_AFTER: not,
+        by what follows its issue): a = its _OpInfo, b = its group kind (a key of st.fast_free, set
+        here), c = its idle-network time (s); _OTHER: a pipeline send / receive or a cross-stage
+        collective (_other_op). rc: stage 0's (layer row, column), else None."""
         kargs = self._kernel_slots(ops) if self.trace is not None else None
         in_pipeline = seg[0] in ("fwd", "bwd")
+        # an op's instruction depends on the op (its duration, layer row and trace slot are the op's)
+        # and, for a non-blocking collective, on in_pipeline: made once per stage, shared by the
+        # segments listing the op (the first, middle and last micro-batches' lists share most ops)
+        made = st.instrs[in_pipeline]
         prog = []
+        append = prog.append
         for i, op in enumerate(ops):
-            rc = rows[i] if st.record else None
-            if not op.is_comm:
-                prog.append((_KERNEL, op.name, durs[i], rc, op.phase, kargs[i] if kargs is not None else None, op))
-            elif op.group == "pp" or op.group in _CROSS_STAGE:
-                prog.append((_OTHER, op.name, None, rc, None, None, op))
-            else:
-                info = st.opinfo.get(id(op)) or self._op_info(st, op)
-                if op.blocking:
-                    prog.append((_FAST_BLOCK, op.name, info, rc, None, None, op))
-                    continue
-                after = _PENDING if op.wait_op else _DEFER if op.microbatch == "last" and in_pipeline else _AFTER
-                prog.append((_FAST, op.name, info, rc, after, None, op))
+            ins = made.get(id(op))
+            if ins is None:
+                ins = made[id(op)] = self._instruction(st, op, kargs[i] if kargs is not None else None,
+                                                       in_pipeline)
+            append(ins)
         return prog
+
+    def _instruction(self, st: _Stage, op, karg, in_pipeline: bool) -> tuple:
+        """The instruction of one op of the stage (_program); its duration and layer row as
+        sim.engine.segment_ops gives them (no stage factor: applies())."""
+        eng = self.eng
+        rc = (eng.row_key(op), column_of(op)) if st.record else None
+        if not op.is_comm:
+            return (_KERNEL, op.name, float(eng.op_time_s(op)), rc, op.phase, karg, op)
+        if op.group == "pp" or op.group in _CROSS_STAGE:
+            return (_OTHER, op.name, None, rc, None, None, op)
+        info = st.opinfo.get(id(op)) or self._op_info(st, op)
+        st.fast_free.setdefault(info.kind, 0.0)     # (the stream is free from the start)
+        if op.blocking:
+            code = _FAST_BLOCK
+        elif op.wait_op:
+            code = _FAST_PENDING
+        else:
+            code = _FAST_DEFER if op.microbatch == "last" and in_pipeline else _FAST_AFTER
+        return (code, op.name, info, rc, info.kind, info.est, op)
 
     def _stage_run(self, st: _Stage):
         """The stage's program, segment by segment (a generator: it yields when it must wait for
@@ -511,10 +563,10 @@ class FastRun:
         # kernel take the contention model's branch (dt = end - start); `ghost` stands for it
         ghost = False
         for seg in st.segments:
-            ops, durs, rows, explicit = self._segment_ops(st, seg)
+            ops, _durs, _rows, explicit = self._segment_ops(st, seg)
             prog = progs.get(id(ops))
             if prog is None:
-                prog = progs[id(ops)] = self._program(st, seg, ops, durs, rows)
+                prog = progs[id(ops)] = self._program(st, seg, ops)
             if seg[0] == "end":
                 while st.deferred:       # gradient reductions deferred to finish_grad_sync
                     h, op = st.deferred[0]
@@ -543,57 +595,61 @@ class FastRun:
             pending: dict = {}
             outstanding: list = []
             host_sync = False
+            check = False      # host_sync or pending (one test per op for both)
             clock, host = st.clock, st.host
             compute, overhead, slowdown = stats.compute_s, stats.overhead_s, stats.slowdown_s
             for code, name, a, rc, b, c, op in prog:
-                if host_sync:
-                    if clock > host:          # the host read a result (.item())
-                        host = clock
-                    host_sync = False
-                if pending:
-                    waits = pending.pop(name, None)
-                    if waits:
-                        st.clock = clock
-                        for h in waits:
-                            if h.fast:
-                                self._fast_wait(st, h)
-                            else:
-                                yield from self._event_wait(st, h, (report_group(h.kind), h, op))
-                        clock = st.clock
+                if check:
+                    if host_sync:
+                        if clock > host:          # the host read a result (.item())
+                            host = clock
+                        host_sync = False
+                    if pending:
+                        waits = pending.pop(name, None)
+                        if waits:
+                            st.clock = clock
+                            for h in waits:
+                                if h.fast:
+                                    self._fast_wait(st, h)
+                                else:
+                                    yield from self._event_wait(st, h, (report_group(h.kind), h, op))
+                            clock = st.clock
+                    check = bool(pending)
                 if has_host:
                     host += per_kernel
-                    t = clock if clock >= host else host
-                    if code == _KERNEL:
-                        t += gap
+                    # a kernel starts a launch gap after the later of the stream and the host; another op
+                    # when the host issues it (t > clock exactly when the host is behind)
+                    t = ((clock if clock >= host else host) + gap) if code == _KERNEL else host
                     if t > clock:
                         if tr is not None and t - clock > gap * 1.5:
                             tr((stage, "compute", "host issue", clock, t - clock, "overhead", host_args))
                         overhead += t - clock
                         clock = t
-                if code <= _FAST:
-                    # an intra-stage collective: FIFO on its kind's stream, its idle-network time long
-                    kind = a.kind
-                    est = a.est
-                    start = fast_free.get(kind, 0.0)
+                if code <= _FAST_AFTER:
+                    # an intra-stage collective (b: its kind): FIFO on its kind's stream, c (its
+                    # idle-network time) long
+                    start = fast_free[b]
                     if start < clock:
                         start = clock
-                    done = start + est
-                    fast_free[kind] = done
+                    done = start + c
                     if rc is not None:
                         ls = layers[rc[0]]
                         col = rc[1]
-                        ls.comm_s[col] += est
+                        ls.comm_s[col] += c
                         ls.comm_bytes[col] += op.size_bytes
                         ls.comm_kind[col] = (a.collective, a.group_size)
                     if tr is not None:
-                        tr((stage, a.thread, name, start, est, "comm", a.comm_args))
+                        tr((stage, a.thread, name, start, c, "comm", a.comm_args))
                     if code == _FAST_BLOCK:
                         # blocking: waited at once; logged as sim.engine's arithmetically timed records:
                         # (info, start, done, exposed)
                         if done > clock:
                             dt = done - clock
                             exposed[a.report_group] += dt
-                            kinds[kind] = kinds.get(kind, 0.0) + dt
+                            try:
+                                kinds[b] += dt
+                            except KeyError:      # (0.0 + dt is dt: dt > 0)
+                                kinds[b] = dt
                             if rc is not None:
                                 layers[rc[0]].exposed_s[rc[1]] += dt
                             if tr is not None:
@@ -605,16 +661,20 @@ class FastRun:
                         if a.fp is not None:
                             ghost = True
                         if a.host_sync:
-                            host_sync = True
+                            host_sync = check = True
+                        # (fast_free[b] is not moved: the clock, which never goes back, is now >= done,
+                        # so a later op of this kind starts at the clock either way)
                         continue
+                    fast_free[b] = done
                     h = _Rec(a, start, done)
                     log_append(h)
                     if a.fp is not None:
                         h.fp = a.fp
                         st.live.append(h)
-                    if b == _PENDING:
+                    if code == _FAST_PENDING:
                         pending.setdefault(op.wait_op, []).append(h)
-                    elif b == _DEFER:
+                        check = True
+                    elif code == _FAST_DEFER:
                         st.deferred.append((h, op))
                     else:
                         outstanding.append((h, op))
@@ -656,6 +716,7 @@ class FastRun:
                 st.clock, st.host = clock, host
                 if (yield from self._other_op(st, seg, op, rc, pending, outstanding)):
                     host_sync = True
+                check = host_sync or bool(pending)
                 clock, host = st.clock, st.host
             st.clock, st.host = clock, host
             stats.compute_s, stats.overhead_s, stats.slowdown_s = compute, overhead, slowdown
