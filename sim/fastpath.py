@@ -176,7 +176,7 @@ class _Stage:
         self.live: list = []       # contention model: handles with a footprint, maybe still in flight
         self.opinfo: dict = {}     # id(CommOp) -> its _OpInfo
         self.opval: dict = {}      # CommOp (by value) -> its _OpInfo (FastRun._op_info)
-        self.instrs: tuple = ({}, {})     # [in a fwd / bwd segment] id(op) -> its instruction (FastRun._program)
+        self.instrs: tuple = ({}, {})     # [in_pipeline: 0 start/end, 1 fwd/bwd] id(op) -> its instruction (FastRun._program)
 
 
 class FastRun:
@@ -340,9 +340,10 @@ class FastRun:
     # ---------------- communication ----------------
     def _op_info(self, st: _Stage, op) -> _OpInfo:
         """The _OpInfo of an intra-stage collective of this stage (made once: a stage issues the same
-        op once per micro-batch). Equal CommOps (frozen dataclasses: every field equal, e.g. one
-        layer's all-gather and the next's) share it: everything it holds is read from the op's
-        fields (row_key too: a function of the op's fields, as sim.simulation's rows assume)."""
+        op once per micro-batch). Equal CommOps (frozen dataclasses: every field equal, e.g. the
+        repeated layer lines of a SimAI import; a native workload's layers differ in `layer`) share
+        it: everything it holds is read from the op's fields (row_key too: a function of the op's
+        fields, as sim.simulation's rows assume)."""
         shared = type(op) is CommOp
         if shared:
             info = st.opval.get(op)
@@ -871,7 +872,7 @@ class CollectiveRows:
                 a = agg[key] = [0, 0.0, 0.0]
             return a
 
-        of_row: dict[int, list] = {}     # id(an _OpInfo.row) -> its key's totals (rows live as long as the log)
+        of_info: dict[int, list] = {}    # id(an _OpInfo) -> its row's key's totals (infos live as long as the log)
         others = iter(self._slow)
         for h in self._log:
             if type(h) is tuple:
@@ -885,9 +886,9 @@ class CollectiveRows:
                 a[1] += r["duration_s"]
                 a[2] += r["exposed_s"]
                 continue
-            a = of_row.get(id(info.row))
+            a = of_info.get(id(info))
             if a is None:
-                a = of_row[id(info.row)] = totals_of(info.row)
+                a = of_info[id(info)] = totals_of(info.row)
             a[0] += 1
             a[1] += d - s
             a[2] += e

@@ -265,11 +265,10 @@ def _trace_events(rep, ranks, links: int, columns=None) -> tuple[list, dict]:
             continue
         tid, args_i = tids[(pid, thread)], args[int(arg_at[i])]
         t_ns = int(ts_ns[i])
-        ts = t_ns / 1000
         if args_i.get("group") in _CROSS_STAGE:
             # the participants' slices of one instance share its start (the rendezvous time)
             members.setdefault((args_i["group"], name, t_ns), []).append(
-                {"pid": pid, "tid": tid, "ts": ts, "args": args_i})
+                {"pid": pid, "tid": tid, "ts": t_ns / 1000, "args": args_i})
         peer = args_i.get("peer_stage", -1)
         if peer >= 0 and peer in shown:
             flow_id += 1
@@ -299,28 +298,23 @@ def _trace_events(rep, ranks, links: int, columns=None) -> tuple[list, dict]:
 class _RecvText:
     """JSON text (as encode writes the three dicts) of a pipeline send's receive slice on the receiver
     and its flow arrow (ph s on the sender -> ph f on the receiver), over the send's interval. The
-    receive's name and arguments (the send's plus collective "recv" and from_stage) repeat from
-    micro-batch to micro-batch and are encoded once each; times are integer ns (trace_text.us_text)."""
+    receive's arguments (the send's plus collective "recv" and from_stage) repeat from micro-batch to
+    micro-batch and are encoded once per argument dict (they live as long as the trace's argument
+    table); times are integer ns (trace_text.us_text)."""
 
     def __init__(self):
-        from sim.trace_text import encode, us_text
-        self.encode, self.us_text = encode, us_text
-        self.names: dict[str, str] = {}
+        from sim.trace_text import encode, slice_head, us_text
+        self.encode, self.slice_head, self.us_text = encode, slice_head, us_text
         self.args: dict[tuple[int, int], str] = {}
-        self.keep: list[dict] = []      # the argument dicts keyed by id, alive while this is
 
     def __call__(self, rpid: int, rtid: int, name: str, t_ns: int, dur_ns: int, args: dict, stage: int,
                  flow_id: int, pid: int, tid: int) -> str:
-        encode, us_text = self.encode, self.us_text
-        name_text = self.names.get(name)
-        if name_text is None:
-            name_text = self.names[name] = encode(f"recv {name}")
+        us_text = self.us_text
         args_text = self.args.get((id(args), stage))
         if args_text is None:
-            self.keep.append(args)
-            args_text = self.args[(id(args), stage)] = encode({**args, "collective": "recv", "from_stage": stage})
+            args_text = self.args[(id(args), stage)] = self.encode({**args, "collective": "recv", "from_stage": stage})
         ts = us_text(t_ns)
-        return (f'{{"ph":"X","pid":{rpid},"tid":{rtid},"name":{name_text},"cat":"comm","ts":{ts},'
+        return (f'{self.slice_head(rpid, rtid, f"recv {name}", "comm")}{ts},'
                 f'"dur":{us_text(dur_ns)},"args":{args_text}}},{{"ph":"s","id":{flow_id},"pid":{pid},'
                 f'"tid":{tid},"ts":{ts},"name":"pipeline send","cat":"pp_flow"}},{{"ph":"f","bp":"e",'
                 f'"id":{flow_id},"pid":{rpid},"tid":{rtid},"ts":{ts},"name":"pipeline send","cat":"pp_flow"}}')

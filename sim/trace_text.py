@@ -177,7 +177,7 @@ def iter_slice_texts(keys, arg_at: np.ndarray, tails: dict, head_of: dict, ts_ns
     n = len(keys)
     if n == 0:
         return
-    heads = [head_of[k].encode() for k in head_of]
+    heads = [h.encode() for h in head_of.values()]
     head_at = _dense_codes(keys, head_of)
     end_texts, which = _slice_ends(np.asarray(arg_at, dtype=np.int64), tails, dur_ns)
     if which is None:
@@ -250,16 +250,23 @@ def _pair_texts(a: np.ndarray, b: np.ndarray, a_texts, b_texts: list) -> tuple[n
         table[distinct] = np.arange(len(distinct), dtype=np.int32)
         which = table[pair]
     else:
-        order = np.argsort(pair)
-        ordered = pair[order]
-        new = np.empty(len(pair), dtype=bool)
-        new[:1] = True
-        np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
-        which = np.empty(len(pair), dtype=np.int64)
-        which[order] = np.cumsum(new) - 1
-        distinct = ordered[new]
+        distinct, which = _distinct(pair)
     texts = [a_texts[x] + b"," + b_texts[y] for x, y in zip((distinct // nb).tolist(), (distinct % nb).tolist())]
     return np.array(texts, dtype=object), which
+
+
+def _distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct values in increasing order, per element the position of its value there): what
+    np.unique(values, return_inverse=True) gives, without importing numpy.ma (np.unique does). The
+    sort need not be stable: equal values get one position whatever their order."""
+    order = np.argsort(values)
+    ordered = values[order]
+    new = np.empty(len(values), dtype=bool)
+    new[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    which = np.empty(len(values), dtype=np.int64)
+    which[order] = np.cumsum(new) - 1
+    return ordered[new], which
 
 
 def _slice_ends(code: np.ndarray, tails: dict, dur_ns: np.ndarray) -> tuple[np.ndarray | list, np.ndarray | None]:
@@ -274,15 +281,7 @@ def _slice_ends(code: np.ndarray, tails: dict, dur_ns: np.ndarray) -> tuple[np.n
         dur_fmt, dur_q, dur_r = _us_columns(dur_ns)       # (duration, args) pairs not packable in an int64
         fmt = b',"dur":' + dur_fmt + b"%s"
         return [fmt % t for t in zip(dur_q, dur_r, map(tail_bytes.get, code.tolist(), repeat(b"}")))], None
-    pair = dur_ns * (n + 1) + code
-    order = np.argsort(pair)        # (equal pairs get one text whatever their order)
-    ordered = pair[order]
-    new = np.empty(n, dtype=bool)
-    new[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
-    which = np.empty(n, dtype=np.int64)
-    which[order] = np.cumsum(new) - 1          # slice -> its distinct (duration, args) pair
-    distinct = ordered[new]
+    distinct, which = _distinct(dur_ns * (n + 1) + code)     # slice -> its distinct (duration, args) pair
     dur_fmt, dur_q, dur_r = _us_columns(distinct // (n + 1))
     fmt = b',"dur":' + dur_fmt + b"%s"
     texts = [fmt % (q, r, tail_bytes.get(c, b"}")) for q, r, c in zip(dur_q, dur_r, (distinct % (n + 1)).tolist())]

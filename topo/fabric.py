@@ -354,7 +354,8 @@ def _fmt_rate(bandwidth_Bps: float) -> str:
 
 
 def _clos(spec: FabricSpec, b: _Builder, n_ep: int, rails: int, notes: list[str]):
-    """ToR / spine / core wiring. Returns (ToRs per endpoint, ASW-PSW pairs, PSW-core triples)."""
+    """ToR / spine / core wiring. Returns (ToRs per endpoint, ASW-PSW pairs, per pod its PSW-core
+    cables as an (n, 2) node-id array with their Rate)."""
     npa, app, psn = spec.nics_per_asw, spec.asw_per_psw, spec.psw_per_pod
     _need(npa >= 1, f"{_flag(spec, 'nics_per_asw')}: must be >= 1")
     _need(psn >= 1, f"{_flag(spec, 'psw_per_pod')}: must be >= 1")

@@ -172,6 +172,7 @@ class Router:
         self._out_src = s_c[order]
         self._dist: dict[int, np.ndarray] = {}
         self._twins: dict[tuple, int] = {}        # _twin_of: in-neighbour set -> first switch seen with it
+        self._twin: dict[int, int] = {}           # _twin_of's answers by switch
         self._rows: _DistRows | None = None       # net_hop_parts' distance rows, on first use
         self._route: dict[int, tuple[array, array, array, array]] = {}
         self._idx = self._sw_index.tolist()
@@ -391,10 +392,13 @@ class Router:
         by symmetry: s's row is t's with the entries of t and s swapped (_swapped)."""
         if not self._paired:
             return switch
-        c = int(self._sw_index[switch])
-        ptr = self._in_ptr
-        key = tuple(sorted(set(self._in_src[ptr[c]:ptr[c + 1]].tolist())))
-        return self._twins.setdefault(key, switch)
+        got = self._twin.get(switch)
+        if got is None:
+            c = int(self._sw_index[switch])
+            ptr = self._in_ptr
+            key = tuple(sorted(set(self._in_src[ptr[c]:ptr[c + 1]].tolist())))
+            got = self._twin[switch] = self._twins.setdefault(key, switch)
+        return got
 
     def _swapped(self, row: np.ndarray, a: int, b: int) -> np.ndarray:
         """Twin b's distance row from twin a's (a, b switch node ids): entries of a and b exchanged."""

@@ -181,14 +181,8 @@ class _Line(tuple):
     lineno = property(itemgetter(4))
     of = classmethod(tuple.__new__)      # _Line.of((name, ns, comm, size, lineno))
 
-    def __new__(cls, name, ns, comm, size, lineno):
-        return tuple.__new__(cls, (name, ns, comm, size, lineno))
 
-    def signature(self):
-        return (self[0], self[2], self[3])
-
-
-_SIGNATURE = itemgetter(0, 2, 3)      # _Line.signature as a C call
+_SIGNATURE = itemgetter(0, 2, 3)      # what makes two lines the same layer (name, comm, size), a C call
 
 
 def _read_lines(path: str) -> tuple[dict, list[_Line], list[tuple[int, str]], str]:
@@ -290,7 +284,7 @@ def _parse_body(path: str, body: list) -> list[_Line]:
                 c, size = None, 0
             comms.append(c)
             sizes.append(size)
-        lines.append(_Line(t[0], ns, tuple(comms), tuple(sizes), lineno))
+        lines.append(_Line.of((t[0], ns, tuple(comms), tuple(sizes), lineno)))
     return lines
 
 
@@ -348,7 +342,7 @@ def _median_line(copies: list[list[_Line]], i: int) -> _Line:
     if len(copies) == 1:
         return base
     ns = tuple(int(_median([c[i].ns[k] for c in copies])) for k in range(3))
-    return _Line(base.name, ns, base.comm, base.size, base.lineno)
+    return _Line.of((base.name, ns, base.comm, base.size, base.lineno))
 
 
 def _median(values: list[int]) -> float | int:

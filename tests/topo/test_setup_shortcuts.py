@@ -265,8 +265,10 @@ def test_paired_reverse_against_a_plain_pairing(cables):
     got = _paired_reverse(np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64))
     want = _plain_reverse(src, dst)
     assert (got is None and want is None) or got.tolist() == want
-    # links not in twins: never paired
-    assert _paired_reverse(np.array(src[:1] + src, dtype=np.int64), np.array(dst[:1] + dst, dtype=np.int64)) is None
+    # two links that are not each other's reverse (an even count): never paired
+    src2, dst2 = src + [src[0], 900], dst + [900, dst[0]]
+    assert _plain_reverse(src2, dst2) is None
+    assert _paired_reverse(np.array(src2, dtype=np.int64), np.array(dst2, dtype=np.int64)) is None
 
 
 COMPONENT_FABRICS = FABRICS + [("spectrum-x", {"gpus": 32, "nvswitch_per_server": 0}),
