@@ -427,13 +427,13 @@ class Engine:
             hit = self._group_cache[key] = self._congruent(self.pl.gpus[self.pl.rank_groups(kind)])
         return hit
 
-    def _select_rows(self, g, rep_gpu: int, congruent: bool = False) -> list[tuple[int, ...]]:
+    def _select_rows(self, g, rep_gpu: int, kind: str | None = None) -> list[tuple[int, ...]]:
         """Groups to submit, of the groups given as the rows of an integer array: on a contention-free
         backend the representative's group when congruent groups stand for all (_congruent_rep, without
-        making every group's tuple; `congruent`: known to be), else every group; with contention,
-        _select's rules."""
+        making every group's tuple; not checked when all groups of `kind` are: _kind_congruent; None: a
+        cross-stage kind's groups, checked), else every group; with contention, _select's rules."""
         if self.contention_free and self.sampling != "full" and len(g) > 1:
-            one = self._congruent_rep(g, rep_gpu, congruent)
+            one = self._congruent_rep(g, rep_gpu, kind is not None and self._kind_congruent(kind))
             if one is not None:
                 return one
             return list(map(tuple, g.tolist()))
@@ -445,18 +445,16 @@ class Engine:
         hit = self._group_cache.get(key)
         if hit is not None:
             return hit
-        congruent = False
         if kind in _CROSS_STAGE:
             rows = self.pl.rank_groups(kind)
             rep_rank = self.rep_ranks[0]
         else:
             rows = self.pl.groups_in_stage(kind, stage)
             rep_rank = self.rep_ranks[stage]
-            congruent = self.contention_free and self.sampling != "full" and self._kind_congruent(kind)
         if len(rows) == 0:
             raise SimError(f"no '{kind}' group found for stage {stage}")
         gpus = self.pl.gpus
-        out = self._select_rows(gpus[rows], int(gpus[rep_rank]), congruent)
+        out = self._select_rows(gpus[rows], int(gpus[rep_rank]), None if kind in _CROSS_STAGE else kind)
         self._group_cache[key] = out
         return out
 
@@ -467,9 +465,8 @@ class Engine:
             return hit
         rows = self.pl.rank_groups("pp")
         gpus = self.pl.gpus
-        congruent = self.contention_free and self.sampling != "full" and self._kind_congruent("pp")
         pairs = self._select_rows(gpus[rows[:, [src_stage, dst_stage]]], int(gpus[self.rep_ranks[src_stage]]),
-                                  congruent)
+                                  "pp")
         self._group_cache[key] = pairs
         return pairs
 

@@ -153,7 +153,7 @@ class _Stage:
 
     __slots__ = ("stage", "prog", "segments", "stats", "clock", "host", "fast_free", "stream_free",
                  "deferred", "sent", "sent_handles", "rdv_counts", "record", "seg_cache", "gen", "xqueue",
-                 "xbusy", "live", "opinfo", "opval", "instrs")
+                 "xbusy", "live", "opinfo", "instrs")
 
     def __init__(self, stage: int, prog, tasks) -> None:
         self.stage = stage
@@ -174,8 +174,7 @@ class _Stage:
         self.xqueue: dict = {}     # cross-stage kind -> [(handle, rendezvous key, issue time)] not yet started
         self.xbusy: dict = {}      # cross-stage kind -> handle its stream runs (or ran last)
         self.live: list = []       # contention model: handles with a footprint, maybe still in flight
-        self.opinfo: dict = {}     # id(CommOp) -> its _OpInfo
-        self.opval: dict = {}      # CommOp (by value) -> its _OpInfo (FastRun._op_info)
+        self.opinfo: dict = {}     # CommOp (by value; other op types by id) -> its _OpInfo (FastRun._op_info)
         self.instrs: tuple = ({}, {})     # [in_pipeline: 0 start/end, 1 fwd/bwd] id(op) -> its instruction (FastRun._program)
 
 
@@ -344,20 +343,15 @@ class FastRun:
         repeated layer lines of a SimAI import; a native workload's layers differ in `layer`) share
         it: everything it holds is read from the op's fields (row_key too: a function of the op's
         fields, as sim.simulation's rows assume)."""
-        shared = type(op) is CommOp
-        if shared:
-            info = st.opval.get(op)
-            if info is not None:
-                st.opinfo[id(op)] = info
-                return info
-        eng = self.eng
-        groups = eng._groups_for(op.group, st.stage)
-        est = self._est((op.group, st.stage, op.collective, int(op.size_bytes)), groups, op)
-        fp = eng.footprint(st.stage, op, groups, est) if eng.contention is not None else None
-        info = st.opinfo[id(op)] = _OpInfo(eng, st.stage, op, est, groups, fp, st.record,
-                                           self.slot if self.trace is not None else None)
-        if shared:
-            st.opval[op] = info
+        key = op if type(op) is CommOp else id(op)
+        info = st.opinfo.get(key)
+        if info is None:
+            eng = self.eng
+            groups = eng._groups_for(op.group, st.stage)
+            est = self._est((op.group, st.stage, op.collective, int(op.size_bytes)), groups, op)
+            fp = eng.footprint(st.stage, op, groups, est) if eng.contention is not None else None
+            info = st.opinfo[key] = _OpInfo(eng, st.stage, op, est, groups, fp, st.record,
+                                            self.slot if self.trace is not None else None)
         return info
 
     def _issue_cross(self, st: _Stage, op, rc) -> Handle:
@@ -527,7 +521,7 @@ class FastRun:
             return (_KERNEL, op.name, float(eng.op_time_s(op)), rc, op.phase, karg, op)
         if op.group == "pp" or op.group in _CROSS_STAGE:
             return (_OTHER, op.name, None, rc, None, None, op)
-        info = st.opinfo.get(id(op)) or self._op_info(st, op)
+        info = self._op_info(st, op)
         st.fast_free.setdefault(info.kind, 0.0)     # (the stream is free from the start)
         if op.blocking:
             code = _FAST_BLOCK

@@ -325,10 +325,11 @@ def _build_fabric(spec: FabricSpec, name: str, extra_notes: tuple[str, ...] = ()
 
 def _known_components(t: Topology, spec: FabricSpec, dom: int) -> None:
     """Fill the caches of two per-GPU tables the wiring above fixes, which Topology.nvlink_domains and
-    topo.Router would otherwise find by label propagation over the links: "domain" (NVLink components
-    numbered by first GPU: the GPUs of a domain share its NVSwitch chips; a GPU without NVSwitch links,
-    as on a PCIe server, is alone) and "host_components" (per GPU the lowest node id joined to it through
-    NVSwitch / PCIe switches: its domain's or server's first GPU; -1 without such switches)."""
+    Topology.host_components would otherwise find by label propagation over the links: "domain"
+    (NVLink components numbered by first GPU: the GPUs of a domain share its NVSwitch chips; a GPU
+    without NVSwitch links, as on a PCIe server, is alone) and "host_components" (per GPU the lowest
+    node id joined to it through NVSwitch / PCIe switches: its domain's or server's first GPU; -1
+    without such switches)."""
     import numpy as np
     g = np.arange(t.num_gpus, dtype=np.int64)
     nvswitch = spec.host == "chips" or (spec.host == "simai" and spec.nvswitch_count > 0)

@@ -309,6 +309,15 @@ class Topology:
             self._cache["domain"] = dom
         return dom
 
+    def host_components(self) -> list[int]:
+        """Per GPU the lowest node id joined to it through NVSwitch / PCIe switches, -1 without such
+        switches (topo.Router's host components; cached, do not modify; topo.fabric's builders fill it)."""
+        got = self._cache.get("host_components")
+        if got is None:
+            from topo.routing import _host_components  # (topo.routing imports this module)
+            got = self._cache["host_components"] = _host_components(self, self.node_arrays().host_switches())
+        return got
+
     def rails(self) -> list[int]:
         """rail_of of every GPU (cached, do not modify)."""
         if self.num_gpus:
@@ -620,8 +629,7 @@ def _rails(t: Topology) -> list[int]:
         # every GPU is its own network endpoint (no NIC node on any port): the rail is the local index
         t._cache["nic_rail"] = {}
         import numpy as np
-        rails = t._cache["rail_array"] = np.arange(t.num_gpus, dtype=np.int64) % t.gpus_per_server
-        return rails.tolist()
+        return (np.arange(t.num_gpus, dtype=np.int64) % t.gpus_per_server).tolist()
     rails = []
     nic_index: dict[int, int] = {}
     done: set[int] = set()

@@ -181,8 +181,8 @@ class Router:
         self._host_out: dict[int, list[tuple[int, int]]] = {}
         self._host_in: dict[int, dict[int, int]] = {}
         self._sw_down: dict[int, dict[int, int]] = {}
-        known = t._cache.get("host_components") if isinstance(t, Topology) else None     # (topo.fabric)
-        self._comp = list(known) if known is not None else _host_components(t, hostsw)
+        # read only (never changed here): the topology's cached list
+        self._comp = t.host_components() if isinstance(t, Topology) else _host_components(t, hostsw)
         self._rail_tab: tuple | None = None       # net_paths' per-GPU arrays, on first use
         self._walk: tuple | None = None           # net_paths' next-hop tables (_walk_tables)
         self._csr: tuple | None = None            # _out's link CSR, on first use

@@ -1,6 +1,7 @@
 """The quick-answer shortcuts of finish (netsim.resolve): ring_window_s's two-slice window and
 routed_latency_s's LatencyMemo against the plain formulas, bit for bit, and the Planner's sharing of
-routed specs and plans between quick keys (netsim.backend.Planner._quick_routed)."""
+routed specs and plans between quick keys (netsim.backend.Planner._quick_routed). The ring window's
+two paths are tested in test_ring_window.py."""
 
 from __future__ import annotations
 
@@ -17,46 +18,10 @@ from netsim.resolve import (
     RoutedSpec,
     critical_latency_s,
     new_latency_memo,
-    ring_window_s,
     routed_latency_s,
 )
 from netsim.schedules import FlowSpec
 from topo.templates import build
-
-
-def _plain_window(hop_lat: list[float], steps: int) -> float:
-    """The worst run of `steps` consecutive hops of a cyclic ring, one window after the other."""
-    h = len(hop_lat)
-    if h == 0 or steps <= 0:
-        return 0.0
-    laps, rest = divmod(steps, h)
-    total = laps * math.fsum(hop_lat)
-    if rest == 0:
-        return total
-    run = math.fsum(hop_lat[:rest])
-    best = run
-    for i in range(1, h):
-        run += hop_lat[(i + rest - 1) % h] - hop_lat[i - 1]
-        best = max(best, run)
-    return total + best
-
-
-def test_ring_window_equals_the_plain_loop_on_long_rings_with_ties():
-    rng = random.Random(5)
-    for h in (1, 2, 3, 17, 159, 160, 384, 385):
-        for values in ([2e-6], [1e-6, 2.5e-6], [1e-6, 2.5e-6, 7e-6 + 1e-9]):     # one value: all hops tie
-            lat = [rng.choice(values) + rng.choice((0.0, 0.0, 3e-8)) for _ in range(h)]
-            for steps in sorted({0, 1, 2, h - 1, h, h + 1, 2 * h - 1, 3 * h + 5}):
-                want = _plain_window(lat, steps)
-                assert ring_window_s(lat, steps) == want, (h, steps)
-                assert ring_window_s(np.array(lat), steps) == want, (h, steps)
-
-
-def test_ring_window_known_worst_window():
-    # the one slow hop at the end: every window of 3 that holds it counts 1 + 1 + 9
-    assert ring_window_s([1.0, 1.0, 1.0, 1.0, 9.0], 3) == 11.0
-    assert ring_window_s([1.0, 1.0, 1.0, 1.0, 9.0], 4) == 12.0
-    assert ring_window_s([9.0, 1.0, 1.0, 1.0, 1.0], 1) == 9.0
 
 
 def _spec(rng: random.Random, n: int) -> FlowSpec:

@@ -290,6 +290,8 @@ def test_builder_components_equal_label_propagation(template, params):
     assert known_domain == _nvlink_domains(plain) == plain.nvlink_domains()
     hostsw = np.array([n.kind == "nvswitch" or n.tier == "pcie" for n in t.nodes], dtype=bool)
     assert known_comp == _host_components(plain, hostsw) == Router(plain)._comp == Router(t)._comp
+    assert plain.host_components() == known_comp and t.host_components() is known_comp
+    assert Router(plain)._comp is plain.host_components()      # the topology's list, not a copy
     assert all(type(x) is int for x in known_domain + known_comp)
 
 
@@ -305,8 +307,20 @@ def test_stable_order_is_a_stable_argsort(hi):
 
 @pytest.mark.parametrize("template,params", FABRICS, ids=IDS)
 def test_rail_array_is_rails(template, params):
+    """The rail of each GPU written out from the wiring: the GPU's local index where every GPU is its own
+    network endpoint; with NIC nodes, the index (in id order, within the server) of its first NIC: one
+    NIC per two GPUs (gpus_per_nic=2), or two NICs per PCIe switch of four GPUs (pcie)."""
     t = build(template, **params)
+    gps = t.gpus_per_server
+    if template == "pcie":
+        want = [2 * (g % gps // 4) for g in range(t.num_gpus)]
+    elif params.get("nics"):
+        want = [g % gps // params["gpus_per_nic"] for g in range(t.num_gpus)]
+    else:
+        want = [g % gps for g in range(t.num_gpus)]
     arr = t.rail_array()
-    assert arr.dtype == np.int64 and arr.tolist() == t.rails() == [t.rail_of(g) for g in range(t.num_gpus)]
+    assert arr.dtype == np.int64 and arr.tolist() == want
+    assert t.rails() == want and [t.rail_of(g) for g in range(t.num_gpus)] == want
     plain = dataclasses.replace(t)
-    assert plain.rail_array().tolist() == t.rails() and "rail_array" in plain._cache
+    assert "rail_array" not in plain._cache
+    assert plain.rail_array().tolist() == want and plain.rail_array() is plain.rail_array()     # cached
