@@ -1084,13 +1084,11 @@ def transfer_handle(avail: dict, key: tuple) -> Handle:
     return h
 
 
-def segment_ops(eng, prog, cache: dict, seg, record: bool, factor: float = 1.0, timed: bool = True):
-    """Ops of one segment (direction, chunk, micro-batch) of a stage program with their durations (s,
-    times `factor`), layer-row keys (when `record`) and whether it carries explicit pipeline markers;
-    cached in `cache`: the lists differ only for the first and last micro-batch. Shared by the event
-    engine and sim.fastpath so both replay exactly the same ops. timed=False: durations and rows
-    None (sim.fastpath takes them op by op, once per op: float(eng.op_time_s(op)), (eng.row_key(op),
-    column_of(op)))."""
+def segment_list(eng, prog, cache: dict, seg) -> tuple[list, bool]:
+    """(ops of one segment (direction, chunk, micro-batch) of a stage program, whether it carries explicit
+    pipeline markers), cached in `cache`: the lists differ only for the first and last micro-batch.
+    Shared by the event engine (segment_ops) and sim.fastpath (which times ops one by one, once per
+    op) so both replay exactly the same ops."""
     d, c, mb = seg
     m = eng.m
     key = (d, c, mb == 0, mb == m - 1)
@@ -1106,14 +1104,22 @@ def segment_ops(eng, prog, cache: dict, seg, record: bool, factor: float = 1.0, 
         src = chunk.forward if d == "fwd" else chunk.backward
         ops = [op for op in src if op.microbatch == "all" or (op.microbatch == "first" and mb == 0)
                or (op.microbatch == "last" and mb == m - 1)]
-    durs = rows = None
-    if timed:
+    hit = cache[key] = (ops, any(op.is_comm and op.group == "pp" for op in ops))
+    return hit
+
+
+def segment_ops(eng, prog, cache: dict, seg, record: bool, factor: float = 1.0):
+    """(ops, durations (s, times `factor`), layer-row keys (when `record`), explicit pipeline markers) of
+    one segment (segment_list), cached in `cache` per segment list."""
+    ops, explicit = segment_list(eng, prog, cache, seg)
+    key = ("timed", id(ops))     # (the lists live in the cache: their ids stay unique)
+    hit = cache.get(key)
+    if hit is None:
         durs = [0.0 if op.is_comm else float(eng.op_time_s(op)) for op in ops]
         if factor != 1.0:
             durs = [d * factor for d in durs]
         rows = [(eng.row_key(op), column_of(op)) for op in ops] if record else None
-    explicit = any(op.is_comm and op.group == "pp" for op in ops)
-    hit = cache[key] = (ops, durs, rows, explicit)
+        hit = cache[key] = (ops, durs, rows, explicit)
     return hit
 
 

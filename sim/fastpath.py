@@ -39,11 +39,12 @@ from sim.engine import (
     awaited_transfer,
     column_of,
     report_group,
-    segment_ops,
+    segment_list,
     send_target,
     transfer_handle,
 )
 from sim.errors import SimError
+from sim.lazy_rows import LazyRows, timed_row
 from sim.schedule import stage_tasks
 from sim.trace_args import args_key
 from workload_gen.workload import CommOp
@@ -264,7 +265,7 @@ class FastRun:
             self.ready.append(st)
 
     def _segment_ops(self, st: _Stage, seg):
-        return segment_ops(self.eng, st.prog, st.seg_cache, seg, st.record, timed=False)
+        return segment_list(self.eng, st.prog, st.seg_cache, seg)
 
     def _needs(self, st: _Stage, seg) -> Handle | None:
         if seg[0] not in ("fwd", "bwd"):
@@ -514,7 +515,7 @@ class FastRun:
 
     def _instruction(self, st: _Stage, op, karg, in_pipeline: bool) -> tuple:
         """The instruction of one op of the stage (_program); its duration and layer row as
-        sim.engine.segment_ops gives them (no stage factor: applies())."""
+        sim.engine.segment_list gives them (no stage factor: applies())."""
         eng = self.eng
         rc = (eng.row_key(op), column_of(op)) if st.record else None
         if not op.is_comm:
@@ -558,7 +559,7 @@ class FastRun:
         # kernel take the contention model's branch (dt = end - start); `ghost` stands for it
         ghost = False
         for seg in st.segments:
-            ops, _durs, _rows, explicit = self._segment_ops(st, seg)
+            ops, explicit = self._segment_ops(st, seg)
             prog = progs.get(id(ops))
             if prog is None:
                 prog = progs[id(ops)] = self._program(st, seg, ops)
@@ -811,7 +812,7 @@ class FastRun:
         return CollectiveRows(log, _collective_rows(slow, eng.rep_ranks, eng.row_key)), len(log) - len(slow)
 
 
-class CollectiveRows:
+class CollectiveRows(LazyRows):
     """StepReport.collectives of a fast run, to be built (build()) when the report is first asked for
     them (sim.simulation.StepReport): a run of SimAI's 9,216-GPU example logs 4 * 10^4 operations, and a
     report that is never asked does not build 4 * 10^4 dicts. The rows are those sim.simulation.
@@ -819,37 +820,33 @@ class CollectiveRows:
     exposed_s) tuple, a non-blocking one's _Rec) is a copy of its op's fixed columns (_OpInfo.row) with
     its times; the other operations' rows are given (`slow`, in log order)."""
 
-    __slots__ = ("_log", "_slow")
+    __slots__ = ("_slow",)
 
     def __init__(self, log: list, slow: list) -> None:
-        self._log = log
+        super().__init__(log)
         self._slow = slow
 
-    def __len__(self) -> int:
-        return len(self._log)
-
-    def __reduce__(self):
-        return list, (self.build(),)     # a report pickled before its rows were read holds the list
+    def _entries(self):
+        """Per log entry (its _OpInfo, start_s, done_s, exposed_s), or (None, its given row, 0.0, 0.0)
+        for the operations that are not fast records (`slow`, in log order)."""
+        others = iter(self._slow)
+        for h in self._log:
+            if type(h) is tuple:
+                yield h
+            elif h.fast:
+                yield h.info, h.start_s, h.done_s, h.exposed_s
+            else:
+                yield None, next(others), 0.0, 0.0
 
     def build(self) -> list[dict]:
         rows: list[dict] = []
         append = rows.append
-        others = iter(self._slow)
         with no_cyclic_gc():     # as when simulate made them: 10^4 dicts at once
-            for h in self._log:
-                if type(h) is tuple:
-                    info, s, d, e = h
-                elif h.fast:
-                    info, s, d, e = h.info, h.start_s, h.done_s, h.exposed_s
-                else:
-                    append(next(others))
+            for info, s, d, e in self._entries():
+                if info is None:
+                    append(s)
                     continue
-                row = info.row.copy()
-                row["start_s"] = s
-                row["end_s"] = d
-                row["duration_s"] = d - s
-                row["exposed_s"] = e
-                append(row)
+                append(timed_row(info.row, s, d, e))
         return rows
 
     def group_totals(self, key_of) -> dict:
@@ -867,18 +864,12 @@ class CollectiveRows:
             return a
 
         of_info: dict[int, list] = {}    # id(an _OpInfo) -> its row's key's totals (infos live as long as the log)
-        others = iter(self._slow)
-        for h in self._log:
-            if type(h) is tuple:
-                info, s, d, e = h
-            elif h.fast:
-                info, s, d, e = h.info, h.start_s, h.done_s, h.exposed_s
-            else:
-                r = next(others)
-                a = totals_of(r)
+        for info, s, d, e in self._entries():
+            if info is None:
+                a = totals_of(s)
                 a[0] += 1
-                a[1] += r["duration_s"]
-                a[2] += r["exposed_s"]
+                a[1] += s["duration_s"]
+                a[2] += s["exposed_s"]
                 continue
             a = of_info.get(id(info))
             if a is None:

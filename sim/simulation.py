@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from sim.engine import REPORT_KEYS, Engine, report_group
 from sim.errors import SimError
+from sim.lazy_rows import LazyRows, timed_row
 from sim.placement import Placement, place
 
 
@@ -369,24 +370,18 @@ def _simulate(workload, topology, *, gpu, network, db, placement, progress, samp
         link_loads=link_load_data, placement=pl)
 
 
-class _LogRows:
+class _LogRows(LazyRows):
     """StepReport.collectives of an event-engine run, built (build(): _collective_rows) when the report
     is first asked for them, as sim.fastpath.CollectiveRows: a 1T-parameter run at PP 64 logs about
     10^6 operations, whose rows a run's summary never reads. The log's entries are finished (their
     fields no longer change), so the rows are the ones simulate would have built."""
 
-    __slots__ = ("_log", "_rep_ranks", "_row_key")
+    __slots__ = ("_rep_ranks", "_row_key")
 
     def __init__(self, log: list, rep_ranks, row_key) -> None:
-        self._log = log
+        super().__init__(log)
         self._rep_ranks = rep_ranks
         self._row_key = row_key
-
-    def __len__(self) -> int:
-        return len(self._log)
-
-    def __reduce__(self):
-        return list, (self.build(),)     # a report pickled before its rows were read holds the list
 
     def build(self) -> list[dict]:
         from sim.fastpath import no_cyclic_gc
@@ -430,12 +425,7 @@ def _collective_rows(log, rep_ranks, row_key) -> list[dict]:
                         h.stage, rep_ranks[h.stage], h.kind, report_group(h.kind), h.name, h.collective,
                         h.size_bytes, h.group_size, None, row_key(op), getattr(op, "phase", "pipeline"),
                         bool(op.blocking) if op is not None else False, "estimate" if h.fast else "network")
-        row = pre.copy()
-        row["start_s"] = start
-        row["end_s"] = end
-        row["duration_s"] = end - start
-        row["exposed_s"] = exposed
-        append(row)
+        append(timed_row(pre, start, end, exposed))
     return rows
 
 

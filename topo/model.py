@@ -94,21 +94,21 @@ class _LazyTuple(Sequence):
     columns of the same items (LazyLinks, LazyNodes). It behaves as the tuple: equal and hashed like
     it, slices and `+` give tuples, pickled as the tuple."""
 
-    __slots__ = ("_n", "_make", "_links", "arrays")
+    __slots__ = ("_n", "_make", "_items", "arrays")
 
     def __init__(self, n: int, make, arrays=None) -> None:
         self._n = n
         self._make = make
-        self._links: tuple | None = None
+        self._items: tuple | None = None
         self.arrays = arrays
 
     def _all(self) -> tuple:
-        if self._links is None:
-            links = tuple(self._make())
-            if len(links) != self._n:
-                raise AssertionError(f"topo.model.{type(self).__name__}: made {len(links)} items, expected {self._n}")
-            self._links, self._make = links, None
-        return self._links
+        if self._items is None:
+            items = tuple(self._make())
+            if len(items) != self._n:
+                raise AssertionError(f"topo.model.{type(self).__name__}: made {len(items)} items, expected {self._n}")
+            self._items, self._make = items, None
+        return self._items
 
     def __len__(self) -> int:
         return self._n
@@ -335,24 +335,21 @@ class Topology:
     def link_arrays(self) -> LinkArrays:
         """Per-link numpy columns (cached): what route and capacity tables need, without a Python loop
         over Link objects in each consumer (netsim.TopoView, topo.Router)."""
-        got = self._cache.get("link_arrays")
-        if got is None:
-            links = self.links
-            got = links.arrays if isinstance(links, LazyLinks) and links.arrays is not None else None
-            if got is None:
-                got = _link_arrays(links)
-            self._cache["link_arrays"] = got
-        return got
+        return self._columns("link_arrays", self.links, _link_arrays)
 
     def node_arrays(self) -> NodeArrays:
         """Per-node kind and tier codes (cached; the builder's when its LazyNodes carry them)."""
-        got = self._cache.get("node_arrays")
+        return self._columns("node_arrays", self.nodes, _node_arrays)
+
+    def _columns(self, key: str, items, make):
+        """The cached columns `key` of links or nodes: the builder's (a _LazyTuple's `arrays`), else
+        make(items)."""
+        got = self._cache.get(key)
         if got is None:
-            nodes = self.nodes
-            got = nodes.arrays if isinstance(nodes, LazyNodes) and nodes.arrays is not None else None
+            got = items.arrays if isinstance(items, _LazyTuple) and items.arrays is not None else None
             if got is None:
-                got = _node_arrays(nodes)
-            self._cache["node_arrays"] = got
+                got = make(items)
+            self._cache[key] = got
         return got
 
     def gpu_ports(self, gpu: int) -> list[tuple[int, ...]]:

@@ -80,11 +80,11 @@ def test_built_links_are_made_on_first_use_and_behave_as_the_tuple():
     from topo.model import LazyLinks
     t = build("spectrum-x", gpus=64)
     links = t.links
-    assert isinstance(links, LazyLinks) and links._links is None
+    assert isinstance(links, LazyLinks) and links._items is None
     n = len(links)
-    assert n == 2 * t.num_cables and links._links is None      # the length needs no Link objects
+    assert n == 2 * t.num_cables and links._items is None      # the length needs no Link objects
     la = t.link_arrays()
-    assert links._links is None                                  # nor do the columns
+    assert links._items is None                                  # nor do the columns
     plain = tuple(links)
     assert len(plain) == n and all(isinstance(lk, Link) for lk in plain)
     # link 2k is cable k as written, 2k+1 its reverse, with the columns' values

@@ -35,9 +35,9 @@ def _role(n: Node) -> int:
 @pytest.mark.parametrize("template,params", FABRICS, ids=IDS)
 def test_built_node_columns_equal_the_nodes(template, params):
     t = build(template, **params)
-    assert isinstance(t.nodes, LazyNodes) and t.nodes._links is None
+    assert isinstance(t.nodes, LazyNodes) and t.nodes._items is None
     na = t.node_arrays()
-    assert t.nodes._links is None and len(t.nodes) == len(na)      # the columns need no Node objects
+    assert t.nodes._items is None and len(t.nodes) == len(na)      # the columns need no Node objects
     nodes = tuple(t.nodes)
     assert [n.id for n in nodes] == list(range(len(nodes)))
     assert [(na.kinds[k], na.tiers[r]) for k, r in zip(na.kind.tolist(), na.tier.tolist())] == \
